@@ -19,6 +19,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                     'ctl_explore.losses._check_reduction': ('losses.html#_check_reduction', 'ctl_explore/losses.py'),
                                     'ctl_explore.losses._check_sims': ('losses.html#_check_sims', 'ctl_explore/losses.py'),
                                     'ctl_explore.losses._check_tensor': ('losses.html#_check_tensor', 'ctl_explore/losses.py'),
+                                    'ctl_explore.losses._informative_negatives': ( 'losses.html#_informative_negatives',
+                                                                                   'ctl_explore/losses.py'),
                                     'ctl_explore.losses._pair_negative_index': ( 'losses.html#_pair_negative_index',
                                                                                  'ctl_explore/losses.py'),
                                     'ctl_explore.losses._reduce': ('losses.html#_reduce', 'ctl_explore/losses.py'),
