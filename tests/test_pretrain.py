@@ -1,0 +1,129 @@
+"""Pretraining and linear evaluation end to end: exact resume after SIGKILL, the 2-process gloo run against one process,
+pretraining beating a random backbone, every loss without NaN, and the command line's help and errors."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from ctl_explore.linear_eval import LinearEvalConfig, linear_eval
+from ctl_explore.losses import LOSS_NAMES
+from ctl_explore.train import TIMING_KEYS, PretrainConfig, load_checkpoint, pretrain
+
+# Runs in subprocesses share one environment, so that a killed-and-resumed run and an uninterrupted one compute
+# with the same thread count (floating-point sums depend on it).
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+TINY = ["--width", "8", "--out-dim", "32", "--batch-size", "64", "--quiet"]
+
+
+def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ctl_explore.cli", *args], env=ENV, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def history(run: Path) -> list[dict]:
+    return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in load_checkpoint(run / "checkpoint.pt")["history"]]
+
+
+def test_resume_after_sigkill_gives_the_uninterrupted_metrics(tmp_path):
+    args = ["pretrain", *TINY, "--epochs", "4"]
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    assert cli(*args, "--out", str(whole)).returncode == 0
+
+    proc = subprocess.Popen([sys.executable, "-m", "ctl_explore.cli", *args, "--out", str(killed)], env=ENV,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline:  # wait for the second epoch's checkpoint, then kill during the third epoch
+            metrics = killed / "metrics.jsonl"
+            if metrics.exists() and len(metrics.read_text().splitlines()) >= 2: break
+            if proc.poll() is not None: pytest.fail("the run ended before it could be killed")
+            time.sleep(0.05)
+        time.sleep(0.3)
+        assert proc.poll() is None, "the run finished before the kill: make it longer"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None: proc.kill()
+    done = len(load_checkpoint(killed / "checkpoint.pt")["history"])
+    assert 2 <= done < 4, done
+
+    assert cli(*args, "--out", str(killed)).returncode == 0  # the same command again resumes
+    assert history(killed) == history(whole)
+    a, b = (load_checkpoint(r / "checkpoint.pt") for r in (whole, killed))
+    for key in a["model"]: assert torch.equal(a["model"][key], b["model"][key]), key
+    assert torch.equal(a["bank"]["features"], b["bank"]["features"])
+    lines = [json.loads(l) for l in (killed / "metrics.jsonl").read_text().splitlines()]
+    assert [l["epoch"] for l in lines] == [1, 2, 3, 4]  # no epoch lost or written twice
+
+
+def test_two_gloo_processes_match_one(tmp_path):
+    args = ["pretrain", *TINY, "--epochs", "2", "--norm", "group", "--device", "cpu"]
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert cli(*args, "--out", str(one)).returncode == 0
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone",
+                          "-m", "ctl_explore.cli", *args, "--out", str(two)], env=ENV, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    a, b = (load_checkpoint(r / "checkpoint.pt") for r in (one, two))
+    torch.testing.assert_close(b["bank"]["features"], a["bank"]["features"], atol=1e-4, rtol=1e-4)
+    for key in a["model"]: torch.testing.assert_close(b["model"][key], a["model"][key], atol=1e-4, rtol=1e-4, msg=key)
+
+
+def test_short_digits_run_beats_random_backbone(tmp_path):
+    torch.set_num_threads(1)
+    pretrain(PretrainConfig(epochs=15), tmp_path, quiet=True)
+    probe = LinearEvalConfig(epochs=50)
+    trained, untrained = linear_eval(tmp_path, probe)["top1"], linear_eval(tmp_path, probe, random_init=True)["top1"]
+    assert trained > untrained + 0.04, (trained, untrained)
+
+
+@pytest.mark.parametrize("loss", LOSS_NAMES)
+def test_every_loss_trains_without_nan(tmp_path, loss):
+    torch.set_num_threads(1)
+    for tau in (0.05, 0.1, 0.2, 0.5, 1.0):
+        cfg = PretrainConfig(loss=loss, tau=tau, alpha=0.1, epochs=1, width=4, out_dim=16, knn_k=20)
+        last = pretrain(cfg, tmp_path / f"{tau}", quiet=True)
+        assert all(math.isfinite(last[k]) for k in ("loss", "uniformity", "tolerance", "alignment", "knn_accuracy")), (tau, last)
+        weights = load_checkpoint(tmp_path / f"{tau}" / "checkpoint.pt")["model"]
+        assert all(torch.isfinite(w).all() for w in weights.values() if w.is_floating_point()), tau
+
+
+def test_help_documents_every_option():
+    out = cli("pretrain", "--help")
+    assert out.returncode == 0
+    for field in PretrainConfig.__dataclass_fields__:
+        assert "--" + field.replace("_", "-") in out.stdout, field
+    assert cli("linear-eval", "--help").returncode == 0
+    assert cli("--help").returncode == 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["pretrain", "--out", "x", "--loss", "infonce"], "invalid choice: 'infonce'"),
+    (["pretrain", "--out", "x", "--tau", "0"], "tau must be a number > 0"),
+    (["pretrain", "--out", "x", "--epochs", "two"], "invalid int value"),
+    (["pretrain", "--tau", "0.1"], "the following arguments are required: --out"),
+    (["pretrain", "--out", "x", "--bogus"], "unrecognized arguments: --bogus"),
+    (["train"], "invalid choice: 'train'"),
+])
+def test_bad_options_are_errors_not_tracebacks(args, message):
+    out = cli(*args)
+    assert out.returncode == 2
+    assert message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_corrupt_or_foreign_checkpoint_is_an_error_and_kept(tmp_path):
+    ckpt = tmp_path / "checkpoint.pt"
+    ckpt.write_bytes(b"not a checkpoint")
+    out = cli("pretrain", "--out", str(tmp_path), *TINY, "--epochs", "1")
+    assert out.returncode == 1 and "is not a readable checkpoint" in out.stderr and "Traceback" not in out.stderr
+    assert ckpt.read_bytes() == b"not a checkpoint"
+    out = cli("linear-eval", str(tmp_path / "nothing-here"))
+    assert out.returncode == 1 and "pretrain into" in out.stderr
