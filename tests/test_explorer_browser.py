@@ -1,0 +1,310 @@
+"""The temperature explorer in a real browser: JupyterLab on loopback, driven by headless Chromium through Playwright.
+
+The test opens ``nbs/02_explorer.ipynb``, runs all its cells, checks that no cell shows an error, moves the τ slider
+with the keyboard and checks that the ``r_i`` curve plotted in the page is ``relative_penalty`` at the new τ. It saves
+screenshots under ``tests/artifacts/`` (git-ignored) and writes the key-press-to-redrawn-curve latency to
+``benchmarks/results/explorer_browser.json``.
+
+Needs the ``playwright`` Python package and a system Chromium (Debian: ``apt-get install chromium``); it never
+downloads a browser. Set ``CTL_CHROMIUM`` to use a Chromium binary elsewhere. Without them, the test is skipped.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import secrets
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import torch
+
+from ctl_explore.explorer import similarity_set, temperature_explorer
+from ctl_explore.gradients import relative_penalty
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOK = "nbs/02_explorer.ipynb"
+ARTIFACTS = REPO / "tests" / "artifacts"
+BROWSER_RESULTS = REPO / "benchmarks" / "results" / "explorer_browser.json"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+LATENCY_PRESSES = 20
+RUN_ALL_TIMEOUT_S = 240
+
+CHROMIUM = os.environ.get("CTL_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+try:
+    from playwright.sync_api import sync_playwright
+except ImportError:  # pragma: no cover - depends on the machine
+    sync_playwright = None
+
+pytestmark = [
+    pytest.mark.skipif(sync_playwright is None, reason="the browser test needs Playwright for Python: "
+                       "`pip install playwright` (the package only; do not run `playwright install`)"),
+    pytest.mark.skipif(CHROMIUM is None, reason="the browser test needs a system Chromium: on Debian/Ubuntu "
+                       "`apt-get install -y --no-install-recommends chromium`, or set CTL_CHROMIUM to a Chromium binary"),
+]
+
+# JupyterLab user settings for the throw-away settings directory: render every cell (no virtual windowing), record
+# cells' timing, never write to the notebook (no autosave), and make no network requests of its own.
+LAB_SETTINGS = {
+    "@jupyterlab/notebook-extension/tracker": {"windowingMode": "none", "recordTiming": True},
+    "@jupyterlab/docmanager-extension/plugin": {"autosave": False},
+    "@jupyterlab/apputils-extension/notification": {"checkForUpdates": False, "fetchNews": "false"},
+    "@jupyterlab/extensionmanager-extension/plugin": {"enabled": False},
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _stop_server(proc: subprocess.Popen, url: str, token: str) -> None:
+    "Ask the server to shut down (it stops its kernels), then terminate and kill its process group if it lingers."
+    try:
+        urllib.request.urlopen(urllib.request.Request(f"{url}/api/shutdown", method="POST",
+                                                      headers={"Authorization": f"token {token}"}), timeout=5)
+    except Exception:
+        pass
+    for sig, wait_s in ((None, 10), (signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+        if sig is not None:
+            try: os.killpg(proc.pid, sig)  # the group this test started, with the server and its kernel
+            except ProcessLookupError: break
+        try:
+            proc.wait(timeout=wait_s)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    "A JupyterLab server on 127.0.0.1 with its own token and throw-away config, data, runtime and settings dirs."
+    tmp = tmp_path_factory.mktemp("jupyterlab")
+    for name, values in LAB_SETTINGS.items():
+        path = tmp / "settings" / f"{name}.jupyterlab-settings"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(values))
+    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(tmp / "config"), JUPYTER_DATA_DIR=str(tmp / "data"),
+               JUPYTER_RUNTIME_DIR=str(tmp / "runtime"), JUPYTERLAB_SETTINGS_DIR=str(tmp / "settings"),
+               JUPYTERLAB_WORKSPACES_DIR=str(tmp / "workspaces"), IPYTHONDIR=str(tmp / "ipython"),
+               JUPYTER_PLATFORM_DIRS="0")
+    port, token = _free_port(), secrets.token_hex(16)
+    url = f"http://127.0.0.1:{port}"
+    log = open(tmp / "server.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
+         "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={REPO}",
+         "--LabApp.expose_app_in_browser=True", "--LabApp.extension_manager=readonly", "--ServerApp.terminals_enabled=False",
+         *(["--ServerApp.allow_root=True"] if os.geteuid() == 0 else [])],
+        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"JupyterLab exited with code {proc.returncode}:\n{(tmp / 'server.log').read_text()[-3000:]}")
+            try:
+                urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2)
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"JupyterLab did not answer within 60 s:\n{(tmp / 'server.log').read_text()[-3000:]}")
+                time.sleep(0.3)
+        yield url, token
+    finally:
+        _stop_server(proc, url, token)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+# --- JavaScript run in the page --------------------------------------------------------------------------------
+
+NOTEBOOK_READY = """async () => {
+  const panel = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+  if (!panel || !panel.sessionContext) return false;
+  await panel.context.ready;
+  await panel.sessionContext.ready;
+  return !!(panel.sessionContext.session && panel.sessionContext.session.kernel);
+}"""
+
+RUN_ALL = "() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }"
+
+# Progress of "run all": how many code cells ran, which outputs are errors, and whether the kernel is idle.
+RUN_STATE = """() => {
+  const panel = window.jupyterapp.shell.currentWidget;
+  const cells = panel.content.widgets.filter(c => c.model.type === 'code');
+  const errors = [];
+  cells.forEach((c, i) => {
+    for (const out of c.model.outputs.toJSON())
+      if (out.output_type === 'error') errors.push(`code cell ${i}: ${out.ename}: ${out.evalue}`);
+  });
+  const widgetErrors = [...document.querySelectorAll('.jp-OutputArea-output')]
+    .map(e => e.innerText).filter(t => t.includes('Error displaying widget') || t.includes('Failed to load model'));
+  return {ran: cells.filter(c => c.model.executionCount !== null).length, total: cells.length,
+          busy: cells.some(c => c.promptNode && c.promptNode.textContent.includes('*')),
+          status: panel.sessionContext.session.kernel.status, errors: errors.concat(widgetErrors)};
+}"""
+
+# The r_i trace of the explorer's first figure, as the page holds it, and its path in the SVG.
+CURVE = """(explorer) => {
+  const gd = explorer.querySelector('.js-plotly-plot');
+  if (!gd || !gd.data || !gd.data[0].y || !gd.data[0].meta) return null;
+  const path = gd.querySelector('.scatterlayer .trace path.js-line');
+  return {tau: gd.data[0].meta.tau, x: Array.from(gd.data[0].x), y: Array.from(gd.data[0].y),
+          d: path ? path.getAttribute('d') : null};
+}"""
+
+TRACE_NAMES = "(explorer) => [...explorer.querySelectorAll('.js-plotly-plot')].map(gd => gd.data.map(t => t.name ?? null))"
+
+# The three slowest code cells of the run (JupyterLab records each cell's timing with "recordTiming").
+SLOWEST_CELLS = """() => window.jupyterapp.shell.currentWidget.content.widgets.filter(c => c.model.type === 'code')
+  .map((c, i) => { const e = c.model.getMetadata('execution') || {};
+                   return [i, (Date.parse(e['shell.execute_reply']) - Date.parse(e['iopub.execute_input'])) / 1000]; })
+  .filter(r => r[1] >= 0).sort((a, b) => b[1] - a[1]).slice(0, 3)"""
+
+# Arm a watcher that resolves with the time from the next keydown to the moment the r_i curve in the SVG is redrawn
+# for a new τ (the figure's data changed and the path's `d` attribute with it).
+ARM_LATENCY = """(explorer) => {
+  const gd = explorer.querySelector('.js-plotly-plot');
+  const pathD = () => { const p = gd.querySelector('.scatterlayer .trace path.js-line'); return p && p.getAttribute('d'); };
+  const tau0 = gd.data[0].meta.tau, d0 = pathD();
+  window.__ctlLatency = new Promise((resolve) => {
+    let t0 = null;
+    document.addEventListener('keydown', () => { t0 = performance.now(); }, {capture: true, once: true});
+    const check = () => {
+      if (t0 !== null && gd.data[0].meta.tau !== tau0 && pathD() !== d0) {
+        observer.disconnect();
+        resolve({ms: performance.now() - t0, tau: gd.data[0].meta.tau});
+      }
+    };
+    const observer = new MutationObserver(check);
+    observer.observe(gd, {subtree: true, childList: true, attributes: true});
+  });
+}"""
+
+
+def _wait_for(page, script, arg=None, timeout_s=30.0, what="condition"):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = page.evaluate(script, arg) if arg is not None else page.evaluate(script)
+        if value: return value
+        if time.monotonic() > deadline: raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(0.2)
+
+
+def _expected_curve(x: list[float], tau: float) -> list[float]:
+    return relative_penalty(torch.tensor([x], dtype=torch.float64), tau)[0].tolist()
+
+
+def _machine() -> dict:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__}
+
+
+def test_explorer_in_browser(lab, browser):
+    url, token = lab
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / ".gitignore").write_text("*\n")
+    context = browser.new_context(viewport={"width": 1400, "height": 1700})
+    page = context.new_page()
+    console_errors, started = [], time.monotonic()
+    def phase(name): print(f"\n[{time.monotonic() - started:6.1f} s] {name}", end="")
+    page.on("console", lambda msg: console_errors.append(msg.text) if msg.type == "error" else None)
+    try:
+        page.goto(f"{url}/lab/tree/{NOTEBOOK}?token={token}&reset", wait_until="domcontentloaded", timeout=60_000)
+        _wait_for(page, NOTEBOOK_READY, timeout_s=90, what="the notebook and its kernel")
+        phase("notebook open, kernel ready; running all cells")
+        page.evaluate(RUN_ALL)
+
+        # --- every cell runs, none shows an error ---
+        deadline, state = time.monotonic() + RUN_ALL_TIMEOUT_S, None
+        while time.monotonic() < deadline:
+            state = page.evaluate(RUN_STATE)
+            if state["errors"] or (state["ran"] == state["total"] and not state["busy"] and state["status"] == "idle"): break
+            time.sleep(0.5)
+        assert state is not None and not state["errors"], f"cells show errors: {state['errors']}"
+        assert state["ran"] == state["total"], f"only {state['ran']} of {state['total']} code cells ran within {RUN_ALL_TIMEOUT_S} s"
+
+        slowest = ", ".join(f"cell {i}: {t:.1f} s" for i, t in page.evaluate(SLOWEST_CELLS))
+        phase(f"all {state['total']} code cells ran without errors (slowest: {slowest})")
+        # --- the displayed explorer: its r_i curve is relative_penalty at its τ ---
+        explorer = page.locator(".ctl-temperature-explorer").first
+        explorer.scroll_into_view_if_needed()
+        before = _wait_for(page, CURVE, explorer.element_handle(), what="the explorer's r_i curve")
+        # the notebook displays temperature_explorer() with its defaults (τ = 0.2, which the log slider in the page
+        # snaps to its grid of 0.01 decades), and no later cell touches it
+        assert abs(torch.log10(torch.tensor(before["tau"] / 0.2)).item()) <= 0.005
+        assert before["x"] == pytest.approx(similarity_set("spread", 256)[1].tolist(), abs=1e-12)
+        assert before["y"] == pytest.approx(_expected_curve(before["x"], before["tau"]), rel=1e-9, abs=1e-15)
+        reference = temperature_explorer()
+        expected_names = [[t.name for t in fig.data] for fig in
+                          (reference.fig_penalty, reference.fig_entropy, reference.fig_loss, reference.fig_grad)]
+        page_names = page.evaluate(TRACE_NAMES, explorer.element_handle())
+        assert page_names == expected_names, "the figures in the page lost or changed trace properties"
+
+        # --- move τ with the keyboard: one step right on the log slider ---
+        handle = explorer.locator(".ctl-tau-slider .noUi-handle").first
+        handle.focus()
+        page.keyboard.press("ArrowRight")
+        after = _wait_for(page, f"(e) => {{ const c = ({CURVE})(e); return c && c.tau !== {before['tau']!r} ? c : null; }}",
+                          explorer.element_handle(), timeout_s=15, what="the r_i curve to change after the key press")
+        assert after["tau"] > before["tau"]
+        assert 0.004 < torch.log10(torch.tensor(after["tau"] / before["tau"])).item() < 0.016  # one step of 0.01 decades
+        assert after["y"] == pytest.approx(_expected_curve(after["x"], after["tau"]), rel=1e-9, abs=1e-15)
+        assert after["y"] != pytest.approx(before["y"], rel=1e-6)
+        assert after["d"] != before["d"], "the SVG path of the r_i curve was not redrawn"
+        readout = explorer.locator(".widget-html-content").first.inner_text()
+        assert f"τ = {after['tau']:.3g}" in readout
+
+        # --- latency: key press to redrawn curve, over LATENCY_PRESSES presses ---
+        latencies = []
+        for _ in range(LATENCY_PRESSES):
+            page.evaluate(ARM_LATENCY, explorer.element_handle())
+            handle.focus()
+            page.keyboard.press("ArrowRight")
+            latencies.append(page.evaluate("() => window.__ctlLatency")["ms"])
+        final = page.evaluate(CURVE, explorer.element_handle())
+        assert final["y"] == pytest.approx(_expected_curve(final["x"], final["tau"]), rel=1e-9, abs=1e-15)
+        BROWSER_RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        BROWSER_RESULTS.write_text(json.dumps({
+            "benchmark": "key press on the τ slider → r_i curve redrawn in the DOM (JupyterLab, headless Chromium)",
+            "goal_ms": 150, "median_ms": round(statistics.median(latencies), 2), "presses": LATENCY_PRESSES,
+            "all_ms": [round(t, 2) for t in latencies], "k": 256, "source": "spread",
+            "chromium": browser.version, "machine": _machine(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        }, indent=2) + "\n")
+        phase(f"key press → redrawn r_i curve: median {statistics.median(latencies):.1f} ms over {LATENCY_PRESSES} presses")
+        page.wait_for_timeout(300)  # let plotly finish its transitions before the picture
+        explorer.screenshot(path=str(ARTIFACTS / "explorer.png"))
+
+        # --- the playground: run 50 steps from the browser ---
+        playground = page.locator(".ctl-hypersphere-playground").first
+        playground.scroll_into_view_if_needed()
+        playground.locator("button", has_text="run N steps").click()
+        page.wait_for_function("(e) => e.innerText.includes('step 50 ')", arg=playground.element_handle(), timeout=60_000)
+        page.wait_for_timeout(500)
+        playground.screenshot(path=str(ARTIFACTS / "playground.png"))
+        phase("playground ran 50 steps from its button")
+        assert not [e for e in console_errors if "widget" in e.lower() or "plotly" in e.lower()], console_errors
+    finally:
+        try: page.screenshot(path=str(ARTIFACTS / "page.png"), full_page=False)
+        except Exception: pass
+        context.close()
