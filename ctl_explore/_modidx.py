@@ -252,4 +252,9 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                    'ctl_explore.train.load_checkpoint': ('pretrain.html#load_checkpoint', 'ctl_explore/train.py'),
                                    'ctl_explore.train.lr_at': ('pretrain.html#lr_at', 'ctl_explore/train.py'),
                                    'ctl_explore.train.pretrain': ('pretrain.html#pretrain', 'ctl_explore/train.py'),
-                                   'ctl_explore.train.save_checkpoint': ('pretrain.html#save_checkpoint', 'ctl_explore/train.py')}}}
+                                   'ctl_explore.train.save_checkpoint': ('pretrain.html#save_checkpoint', 'ctl_explore/train.py')},
+            'ctl_explore.viz': { 'ctl_explore.viz.run_embeddings': ('embeddings.html#run_embeddings', 'ctl_explore/viz.py'),
+                                 'ctl_explore.viz.similarity_histograms': ('embeddings.html#similarity_histograms', 'ctl_explore/viz.py'),
+                                 'ctl_explore.viz.tsne_figure': ('embeddings.html#tsne_figure', 'ctl_explore/viz.py'),
+                                 'ctl_explore.viz.uniformity_tolerance_plane': ( 'embeddings.html#uniformity_tolerance_plane',
+                                                                                 'ctl_explore/viz.py')}}}

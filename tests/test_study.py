@@ -100,3 +100,32 @@ def test_report_renders_in_chromium_without_errors(smoke):
     assert {d["id"] for d in drawn} == {"fig-uniformity_tolerance", "fig-similarity_profile", "fig-accuracy"}
     assert all(d["traces"] >= 2 for d in drawn), drawn
     assert len(verdicts) == 6
+
+
+def _table(agree: bool, seeds=(0, 1, 2)):
+    "Hand-made study rows built to agree (or disagree) with every finding of [WL21]."
+    rows = []
+    for loss in ("contrastive", "hard_contrastive"):
+        hard = loss == "hard_contrastive"
+        for x, tau in enumerate((0.05, 0.2, 1.0)):
+            x = x if agree else -x
+            for s in seeds:
+                e = 0.001 * s
+                acc = (0.8 + (0.05 if x == 1 else 0) + (0.08 * x if hard else 0)) if agree else 0.9 - 0.1 * abs(x) - (0.05 * abs(x) if hard else 0)
+                rows.append(dict(loss=loss, tau=tau, seed=s, uniformity=3.0 - x * (0.5 if not hard else 0.1 if agree else 0.9) + e,
+                                 tolerance=0.3 + 0.2 * x + e, linear_top1=acc + e, pos_similarity=0.6 + 0.1 * x + e,
+                                 top10_negatives=[0.2 + 0.2 * x + e] * 10))
+    for loss, acc in (("simple", 0.6 if agree else 0.95), ("hard_simple", 0.85 if agree else 0.5)):
+        rows += [dict(loss=loss, tau=None, seed=s, uniformity=2.0, tolerance=0.5, linear_top1=acc + 0.001 * s,
+                      pos_similarity=0.7, top10_negatives=[0.4] * 10) for s in seeds]
+    return rows
+
+
+def test_findings_rules_on_hand_made_tables():
+    assert [f.verdict for f in findings(_table(True))] == ["reproduced"] * 6
+    assert [f.verdict for f in findings(_table(False))] == ["not reproduced"] * 6
+    # one seed: no spread, so nothing can be told apart, whatever the means say
+    assert {f.verdict for f in findings(_table(True, seeds=(0,)))} == {"inconclusive at this scale"}
+    # overlapping seed spreads: the uniformity ends of finding 1 no longer differ
+    noisy = [dict(r, uniformity=r["uniformity"] + (0.8 if r["seed"] == 0 else -0.8)) for r in _table(True)]
+    assert findings(noisy)[0].verdict == "inconclusive at this scale"
