@@ -223,6 +223,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                    'ctl_explore.study.findings': ('temperature_study.html#findings', 'ctl_explore/study.py'),
                                    'ctl_explore.study.get_preset': ('temperature_study.html#get_preset', 'ctl_explore/study.py'),
                                    'ctl_explore.study.measure_run': ('temperature_study.html#measure_run', 'ctl_explore/study.py'),
+                                   'ctl_explore.study.run_embeddings': ('temperature_study.html#run_embeddings', 'ctl_explore/study.py'),
                                    'ctl_explore.study.run_name': ('temperature_study.html#run_name', 'ctl_explore/study.py'),
                                    'ctl_explore.study.run_study': ('temperature_study.html#run_study', 'ctl_explore/study.py'),
                                    'ctl_explore.study.study_configs': ('temperature_study.html#study_configs', 'ctl_explore/study.py'),
@@ -253,8 +254,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                    'ctl_explore.train.lr_at': ('pretrain.html#lr_at', 'ctl_explore/train.py'),
                                    'ctl_explore.train.pretrain': ('pretrain.html#pretrain', 'ctl_explore/train.py'),
                                    'ctl_explore.train.save_checkpoint': ('pretrain.html#save_checkpoint', 'ctl_explore/train.py')},
-            'ctl_explore.viz': { 'ctl_explore.viz.run_embeddings': ('embeddings.html#run_embeddings', 'ctl_explore/viz.py'),
-                                 'ctl_explore.viz.similarity_histograms': ('embeddings.html#similarity_histograms', 'ctl_explore/viz.py'),
+            'ctl_explore.viz': { 'ctl_explore.viz.similarity_histograms': ('embeddings.html#similarity_histograms', 'ctl_explore/viz.py'),
                                  'ctl_explore.viz.tsne_figure': ('embeddings.html#tsne_figure', 'ctl_explore/viz.py'),
                                  'ctl_explore.viz.uniformity_tolerance_plane': ( 'embeddings.html#uniformity_tolerance_plane',
                                                                                  'ctl_explore/viz.py')}}}
