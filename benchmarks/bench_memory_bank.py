@@ -1,7 +1,7 @@
 """The memory-bank loss step of [WL21]'s protocol: B=128 queries against a 50,000 x 128 bank (issue 4; goal <= 30 ms).
 
-One step = similarities against the whole bank, the loss, its backward pass to the queries, and the moving-average
-update of the queries' rows. Measured for the ordinary loss and the hard loss (alpha = 0.0819, 4095 negatives kept),
+One step = `MemoryBank.loss` (the one-pass `bank_contrastive_loss` of lesson 00 for these two losses), its backward
+pass to the queries, and the moving-average update of the queries' rows. Measured for the ordinary loss and the hard loss (alpha = 0.0819, 4095 negatives kept),
 with the bank in float32 and in bfloat16, next to the bare matrix product q @ bank.T (forward + backward), the floor
 that no implementation of the step can go below. Run: `python benchmarks/bench_memory_bank.py [--rounds N]`.
 """
@@ -40,6 +40,9 @@ def cases(batch=128, dim=128, size=50_000, tau=0.07, alpha=0.0819):
 
         out[f"{name}: contrastive step"] = lambda step=step: step("contrastive")
         out[f"{name}: hard_contrastive step (alpha={alpha})"] = lambda step=step: step("hard_contrastive", alpha=alpha)
+        if dtype != torch.float32:  # what training does with a low-precision bank: float32 queries from the network
+            out[f"{name} bank, float32 queries: contrastive step"] = lambda step=step: step("contrastive", q0=q32)
+            out[f"{name} bank, float32 queries: hard_contrastive step"] = lambda step=step: step("hard_contrastive", q0=q32, alpha=alpha)
         out[f"{name}: q @ bank.T forward+backward alone (floor)"] = floor
     return out
 

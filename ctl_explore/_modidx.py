@@ -167,6 +167,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                     'ctl_explore.losses._kth_largest': ('losses.html#_kth_largest', 'ctl_explore/losses.py'),
                                     'ctl_explore.losses._pair_negative_index': ( 'losses.html#_pair_negative_index',
                                                                                  'ctl_explore/losses.py'),
+                                    'ctl_explore.losses._partition_column': ('losses.html#_partition_column', 'ctl_explore/losses.py'),
                                     'ctl_explore.losses._reduce': ('losses.html#_reduce', 'ctl_explore/losses.py'),
                                     'ctl_explore.losses.apply_loss': ('losses.html#apply_loss', 'ctl_explore/losses.py'),
                                     'ctl_explore.losses.bank_contrastive_loss': ( 'losses.html#bank_contrastive_loss',
