@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 from .data import DATASETS
-from .losses import LOSS_NAMES
+from .losses import FEATURE_LOSS_NAMES, LOSS_NAMES
 from .models import BACKBONES, HEADS, NORMS
-from .train import NEGATIVES, PRECISIONS, CheckpointError, PretrainConfig
+from .train import NEGATIVES, PRECISIONS, PRETRAIN_LOSSES, CheckpointError, PretrainConfig
 
 # %% auto #0
 __all__ = ['PRETRAIN_HELP', 'build_parser', 'main']
@@ -30,10 +30,10 @@ PRETRAIN_HELP = {
     "norm": f"the ConvNet's normalisation: {', '.join(NORMS)} (group makes multi-process CPU runs exact)",
     "head": f"projection head: {', '.join(HEADS)}",
     "out_dim": "embedding dimension",
-    "loss": f"loss: {', '.join(LOSS_NAMES)}",
-    "tau": "temperature τ (contrastive, hard_contrastive, triplet_limit, simple_limit)",
+    "loss": f"loss: {', '.join(LOSS_NAMES)}; or CLL20's {', '.join(FEATURE_LOSS_NAMES)} (these need --negatives batch)",
+    "tau": "temperature τ (contrastive, hard_contrastive, triplet_limit, simple_limit, nt_xent, decoupled_nt_xent, align_logsumexp)",
     "alpha": "fraction of negatives kept by the hard losses (WL21: 0.0819 CIFAR, 0.0315 SVHN, 0.034 ImageNet100)",
-    "lam": "weight λ of the negatives in the simple losses",
+    "lam": "weight λ of the negatives in the simple losses, or of the distribution loss in align_logsumexp and align_swd",
     "negatives": f"where negatives come from: {', '.join(NEGATIVES)} (memory bank, or the other views of the batch)",
     "bank_momentum": "memory-bank moving-average momentum",
     "epochs": "pretraining epochs",
@@ -49,7 +49,7 @@ PRETRAIN_HELP = {
     "knn_k": "neighbours of the kNN monitor",
     "eval_batch_size": "batch size when embedding for the epoch's measurements",
 }
-_CHOICES = dict(dataset=DATASETS, backbone=BACKBONES, norm=NORMS, head=HEADS, loss=LOSS_NAMES,
+_CHOICES = dict(dataset=DATASETS, backbone=BACKBONES, norm=NORMS, head=HEADS, loss=PRETRAIN_LOSSES,
                 negatives=NEGATIVES, precision=PRECISIONS)
 
 def _add_config_options(parser: argparse.ArgumentParser, cls, helps: dict) -> None:

@@ -1,5 +1,6 @@
 """Pretraining and linear evaluation end to end: exact resume after SIGKILL, the 2-process gloo run against one process,
-pretraining beating a random backbone, every loss without NaN, and the command line's help and errors."""
+pretraining beating a random backbone, every loss without NaN (including [CLL20]'s feature losses of lesson 11), and
+the command line's help and errors."""
 from __future__ import annotations
 
 import json
@@ -15,7 +16,7 @@ import pytest
 import torch
 
 from ctl_explore.linear_eval import LinearEvalConfig, linear_eval
-from ctl_explore.losses import LOSS_NAMES
+from ctl_explore.losses import FEATURE_LOSS_NAMES, FEATURE_LOSS_PARAMS, LOSS_NAMES
 from ctl_explore.train import TIMING_KEYS, PretrainConfig, load_checkpoint, pretrain
 
 # Runs in subprocesses share one environment, so that a killed-and-resumed run and an uninterrupted one compute
@@ -112,6 +113,8 @@ def test_help_documents_every_option():
     (["pretrain", "--tau", "0.1"], "the following arguments are required: --out"),
     (["pretrain", "--out", "x", "--bogus"], "unrecognized arguments: --bogus"),
     (["train"], "invalid choice: 'train'"),
+    (["pretrain", "--out", "x", "--loss", "nt_xent"], "needs negatives='batch'"),
+    (["pretrain", "--out", "x", "--loss", "align_swd", "--negatives", "bank"], "needs negatives='batch'"),
 ])
 def test_bad_options_are_errors_not_tracebacks(args, message):
     out = cli(*args)
@@ -127,3 +130,78 @@ def test_corrupt_or_foreign_checkpoint_is_an_error_and_kept(tmp_path):
     assert ckpt.read_bytes() == b"not a checkpoint"
     out = cli("linear-eval", str(tmp_path / "nothing-here"))
     assert out.returncode == 1 and "pretrain into" in out.stderr
+
+
+# ---------------------------------------------------------------- [CLL20]'s feature-level losses (lesson 11)
+
+FEATURE_TINY = dict(negatives="batch", head="mlp", width=4, out_dim=16, knn_k=20, epochs=1)
+
+
+@pytest.mark.parametrize("loss", FEATURE_LOSS_NAMES)
+def test_every_feature_loss_trains_without_nan(tmp_path, loss):
+    torch.set_num_threads(1)
+    for tau, lam in ((0.05, 0.05), (0.5, 1.0), (1.0, 1000.0)):
+        cfg = PretrainConfig(loss=loss, tau=tau, lam=lam, **FEATURE_TINY)
+        assert set(cfg.loss_params()) == set(FEATURE_LOSS_PARAMS[loss])
+        last = pretrain(cfg, tmp_path / f"{tau}", quiet=True)
+        assert all(math.isfinite(last[k]) for k in ("loss", "uniformity", "tolerance", "alignment", "knn_accuracy")), (tau, last)
+        weights = load_checkpoint(tmp_path / f"{tau}" / "checkpoint.pt")["model"]
+        assert all(torch.isfinite(w).all() for w in weights.values() if w.is_floating_point()), tau
+
+
+@pytest.mark.parametrize("loss", FEATURE_LOSS_NAMES)
+def test_feature_loss_with_the_memory_bank_is_refused(loss):
+    with pytest.raises(ValueError, match="needs negatives='batch'"): PretrainConfig(loss=loss)
+    with pytest.raises(ValueError, match="needs negatives='batch'"): PretrainConfig(loss=loss, negatives="bank")
+    PretrainConfig(loss=loss, negatives="batch")  # the same loss against the batch is fine
+
+
+def test_nt_xent_run_is_the_contrastive_run_with_batch_negatives(tmp_path):
+    torch.set_num_threads(1)
+    runs = {}
+    for loss in ("nt_xent", "contrastive"):
+        pretrain(PretrainConfig(loss=loss, tau=0.3, **FEATURE_TINY), tmp_path / loss, quiet=True)
+        runs[loss] = load_checkpoint(tmp_path / loss / "checkpoint.pt")
+    assert history(tmp_path / "nt_xent") == history(tmp_path / "contrastive")
+    for key, w in runs["contrastive"]["model"].items(): assert torch.equal(runs["nt_xent"]["model"][key], w), key
+
+
+def test_align_logsumexp_at_lambda_tau_retraces_nt_xent_with_rescaled_sgd(tmp_path):
+    # τ·NT-Xent = align + τ·LSE − 1 on the sphere, and SGD with momentum on τ·L with lr/τ and weight decay·τ takes
+    # exactly the steps SGD takes on L. In float32 the two runs differ by rounding, which training amplifies (a
+    # near-collapsed embedding at initialisation is sensitive), so this compares two large steps (batch 512)
+    torch.set_num_threads(1)
+    tau, setting = 0.2, {**FEATURE_TINY, "batch_size": 512}
+    a = PretrainConfig(loss="nt_xent", tau=tau, **setting)
+    rescaled = dict(lr=a.lr / tau, weight_decay=a.weight_decay * tau, **setting)
+    b = PretrainConfig(loss="align_logsumexp", tau=tau, lam=tau, **rescaled)
+    c = PretrainConfig(loss="align_logsumexp", tau=tau, lam=4 * tau, **rescaled)  # another λ: another objective
+    for name, cfg in (("a", a), ("b", b), ("c", c)): pretrain(cfg, tmp_path / name, quiet=True)
+    (ra,), (rb,) = history(tmp_path / "a"), history(tmp_path / "b")
+    assert math.isclose(tau * ra["loss"] + 1, rb["loss"], rel_tol=1e-5), (ra["loss"], rb["loss"])
+    wa, wb, wc = (load_checkpoint(tmp_path / n / "checkpoint.pt")["model"] for n in "abc")
+    keys = [k for k in wa if wa[k].is_floating_point()]
+    for key in keys: torch.testing.assert_close(wb[key], wa[key], atol=1e-3, rtol=1e-3, msg=key)
+    gap = lambda w: max((w[k] - wa[k]).abs().max().item() for k in keys)
+    assert gap(wc) > 10 * gap(wb), (gap(wc), gap(wb))
+
+
+def test_align_swd_run_resumes_to_the_uninterrupted_numbers(tmp_path):
+    # SWD draws its projections from the run's generator, which the checkpoint carries: resuming is exact
+    torch.set_num_threads(1)
+    cfg = PretrainConfig(loss="align_swd", lam=100.0, **{**FEATURE_TINY, "epochs": 3})
+    pretrain(cfg, tmp_path / "whole", quiet=True)
+    pretrain(cfg, tmp_path / "pieces", quiet=True, until_epoch=1)
+    pretrain(cfg, tmp_path / "pieces", quiet=True)
+    assert history(tmp_path / "pieces") == history(tmp_path / "whole")
+    a, b = (load_checkpoint(tmp_path / r / "checkpoint.pt")["model"] for r in ("whole", "pieces"))
+    for key in a: assert torch.equal(a[key], b[key]), key
+
+
+def test_cli_trains_a_feature_loss(tmp_path):
+    out = cli("pretrain", *TINY, "--epochs", "1", "--loss", "align_swd", "--lam", "100", "--negatives", "batch",
+              "--head", "mlp", "--out", str(tmp_path / "swd"))
+    assert out.returncode == 0, out.stderr[-2000:]
+    last = json.loads(out.stdout.splitlines()[-1])
+    assert last["epoch"] == 1 and math.isfinite(last["loss"])
+    assert json.loads((tmp_path / "swd" / "config.json").read_text())["loss"] == "align_swd"
