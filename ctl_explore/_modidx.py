@@ -172,6 +172,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                  'ctl_explore/losses.py'),
                                     'ctl_explore.losses._partition_column': ('losses.html#_partition_column', 'ctl_explore/losses.py'),
                                     'ctl_explore.losses._reduce': ('losses.html#_reduce', 'ctl_explore/losses.py'),
+                                    'ctl_explore.losses._softmax_': ('losses.html#_softmax_', 'ctl_explore/losses.py'),
                                     'ctl_explore.losses.alignment_loss': ( 'generalized_losses.html#alignment_loss',
                                                                            'ctl_explore/losses.py'),
                                     'ctl_explore.losses.apply_feature_loss': ( 'generalized_losses.html#apply_feature_loss',
