@@ -315,8 +315,6 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                               'ctl_explore/suppression.py'),
                                          'ctl_explore.suppression._check_accuracy': ( 'feature_suppression.html#_check_accuracy',
                                                                                       'ctl_explore/suppression.py'),
-                                         'ctl_explore.suppression._check_int': ( 'feature_suppression.html#_check_int',
-                                                                                 'ctl_explore/suppression.py'),
                                          'ctl_explore.suppression._color': ( 'feature_suppression.html#_color',
                                                                              'ctl_explore/suppression.py'),
                                          'ctl_explore.suppression._explorer_figure': ( 'feature_suppression.html#_explorer_figure',

@@ -107,7 +107,7 @@ class _PositiveNLL(torch.autograd.Function):
         d.mul_((grad / ctx.tau).unsqueeze(1))
         return d[:, 0], d[:, 1:], None, None
 
-# %% ../nbs/00_losses.ipynb #36066198
+# %% ../nbs/00_losses.ipynb #e7c96f66
 def contrastive_loss(
     pos: Tensor,             # [B] positive similarity s_ii of each anchor
     neg: Tensor,             # [B, K] negative similarities s_ij of each anchor
@@ -171,8 +171,8 @@ def n_informative(
     # round away float noise such as 0.1 * 510 = 51.00000000000001 before taking the ceiling
     return max(1, min(n_negatives, math.ceil(round(alpha * n_negatives, 9))))
 
-# %% ../nbs/00_losses.ipynb #559b2039
-_SELECT_POOL: ThreadPoolExecutor | None = None
+# %% ../nbs/00_losses.ipynb #0d4889c1
+_SELECT_POOL: tuple[int, ThreadPoolExecutor] | None = None  # (workers, pool), made on first use
 _PARALLEL_SELECT_MIN = 1 << 20  # elements from which the rows are split over torch's intra-op threads
 _INT_KEYS_MAX_COLUMNS = 4096    # up to this row length numpy selects int32 faster than float32 (SIMD)
 
@@ -192,9 +192,9 @@ def _partition_column(values: np.ndarray, kth: int) -> np.ndarray:
     threads = min(torch.get_num_threads(), values.shape[0])
     if threads < 2 or values.size < _PARALLEL_SELECT_MIN: return _partition_serial(values, kth)
     global _SELECT_POOL
-    if _SELECT_POOL is None or _SELECT_POOL._max_workers < threads: _SELECT_POOL = ThreadPoolExecutor(threads)
+    if _SELECT_POOL is None or _SELECT_POOL[0] < threads: _SELECT_POOL = (threads, ThreadPoolExecutor(threads))
     blocks = np.array_split(values, threads, axis=0)
-    return np.concatenate(list(_SELECT_POOL.map(lambda b: _partition_serial(b, kth), blocks)))
+    return np.concatenate(list(_SELECT_POOL[1].map(lambda b: _partition_serial(b, kth), blocks)))
 
 def _kth_largest(
     x: Tensor, # [B, K] values
@@ -208,7 +208,7 @@ def _kth_largest(
         return torch.from_numpy(_partition_column(values, n - k)).unsqueeze(1).to(x.dtype)
     return x.topk(k, dim=1, sorted=False).values.amin(dim=1, keepdim=True)
 
-# %% ../nbs/00_losses.ipynb #1351fc78
+# %% ../nbs/00_losses.ipynb #09524cea
 def informative_mask(
     neg: Tensor,  # [B, K] negative similarities of each anchor
     alpha: float, # fraction of negatives kept, in (0, 1]
@@ -256,7 +256,7 @@ def hard_simple_loss(
     kept = neg if floor is None else neg.masked_fill(neg.detach() < floor, 0.0)
     return _reduce(lam * kept.sum(dim=1) - pos, reduction)
 
-# %% ../nbs/00_losses.ipynb #880bd8aa
+# %% ../nbs/00_losses.ipynb #6f21c99f
 LOSS_PARAMS = {
     "contrastive": ("tau",),
     "hard_contrastive": ("tau", "alpha"),
@@ -278,16 +278,16 @@ def apply_loss(
     _check_loss_params(name, params)
     return _LOSS_FUNCTIONS[name](pos, neg, reduction=reduction, **params)
 
-def _check_loss_params(name: str, params: dict) -> None:
-    "Raise a ValueError unless `name` is a loss of `LOSS_NAMES` and `params` are exactly the hyper-parameters it takes."
-    if name not in LOSS_PARAMS: raise ValueError(f"loss must be one of {LOSS_NAMES}, got {name!r}")
-    wanted = LOSS_PARAMS[name]
+def _check_loss_params(name: str, params: dict, table: dict = LOSS_PARAMS, optional: tuple = ("lam",)) -> None:
+    "Raise a ValueError unless `name` is a loss of `table` and `params` are exactly the hyper-parameters it takes."
+    if name not in table: raise ValueError(f"loss must be one of {tuple(table)}, got {name!r}")
+    wanted = table[name]
     extra = sorted(set(params) - set(wanted))
     if extra: raise ValueError(f"the {name} loss takes {', '.join(wanted)}; it does not take {', '.join(extra)}")
-    missing = [p for p in wanted if p not in params and p != "lam"]  # lam defaults to 1
+    missing = [p for p in wanted if p not in params and p not in optional]  # lam defaults to 1
     if missing: raise ValueError(f"the {name} loss needs {', '.join(missing)}")
 
-# %% ../nbs/00_losses.ipynb #6f21c99f
+# %% ../nbs/00_losses.ipynb #bcf3b5fa
 _LOSS_FUNCTIONS = {
     "contrastive": contrastive_loss, "hard_contrastive": hard_contrastive_loss, "simple": simple_loss,
     "hard_simple": hard_simple_loss, "triplet_limit": triplet_limit_loss, "simple_limit": simple_limit_loss,
@@ -599,11 +599,7 @@ def apply_feature_loss(
     **params,                                 # exactly the loss's hyper-parameters (see `FEATURE_LOSS_PARAMS`)
 ) -> Tensor:
     "The feature-level loss called `name` on two views of a batch, given exactly the hyper-parameters it takes."
-    if name not in FEATURE_LOSS_PARAMS: raise ValueError(f"loss must be one of {FEATURE_LOSS_NAMES}, got {name!r}")
-    wanted = FEATURE_LOSS_PARAMS[name]
-    extra, missing = sorted(set(params) - set(wanted)), [p for p in wanted if p not in params]
-    if extra: raise ValueError(f"the {name} loss takes {', '.join(wanted)}; it does not take {', '.join(extra)}")
-    if missing: raise ValueError(f"the {name} loss needs {', '.join(missing)}")
+    _check_loss_params(name, params, FEATURE_LOSS_PARAMS, optional=())  # every parameter given, none extra
     if name == "nt_xent": return nt_xent_loss(z1, z2, params["tau"])
     if name == "decoupled_nt_xent": return decoupled_nt_xent_loss(z1, z2, params["tau"])
     if name == "align_logsumexp": return generalized_loss(z1, z2, params["lam"], "logsumexp", tau=params["tau"])

@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from .data import ImageData, TwoViewAugment, image_stats, load_dataset, to_float
 from .linear_eval import LinearEvalConfig, linear_probe
 from .losses import contrastive_loss, pair_similarities
-from .models import HEADS, Encoder, build_encoder
+from .models import HEADS, Encoder, _check_int, build_encoder
 from .study import Finding, _verdict
 
 # %% auto #0
@@ -36,11 +36,6 @@ __all__ = ['EVAL_BITS', 'RANDBIT_KS', 'TAUS', 'RANDBIT_CONFIG', 'EXPERIMENTS', '
            'accuracy_direction', 'at_chance', 'suppression_findings', 'SuppressionExplorer']
 
 # %% ../nbs/12_feature_suppression.ipynb #6394e15b
-def _check_int(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return value
-
 def twin_share(
     k: int,           # number of random bits per image, >= 0
     batch_size: int,  # images in a batch, >= 1

@@ -54,22 +54,24 @@ def top_gap_rows(gen: torch.Generator, rows: int, n: int, gap: float) -> torch.T
     return vals.scatter_add(1, top, torch.full((rows, 1), gap, dtype=torch.float64))
 
 
-@st.composite
-def distinct_neg(draw, min_gap=1e-3, min_k=2, max_k=MAX_K, max_b=MAX_B):
-    "neg [B, K] whose values in each row are pairwise at least `min_gap` apart."
+def _drawn_rows(draw, make, gap, min_k, max_k, max_b):
+    "Draw B, K and a seed, then `make(generator, B, K, gap)`."
     b = draw(st.integers(1, max_b))
     k = draw(st.integers(min_k, max_k))
     gen = torch.Generator().manual_seed(draw(st.integers(0, 2**32 - 1)))
-    return spread_rows(gen, b, k, min_gap)
+    return make(gen, b, k, gap)
+
+
+@st.composite
+def distinct_neg(draw, min_gap=1e-3, min_k=2, max_k=MAX_K, max_b=MAX_B):
+    "neg [B, K] whose values in each row are pairwise at least `min_gap` apart."
+    return _drawn_rows(draw, spread_rows, min_gap, min_k, max_k, max_b)
 
 
 @st.composite
 def top_gap_neg(draw, gap, min_k=1, max_k=MAX_K, max_b=MAX_B):
     "neg [B, K] whose largest value per row exceeds the others by at least `gap`."
-    b = draw(st.integers(1, max_b))
-    k = draw(st.integers(min_k, max_k))
-    gen = torch.Generator().manual_seed(draw(st.integers(0, 2**32 - 1)))
-    return top_gap_rows(gen, b, k, gap)
+    return _drawn_rows(draw, top_gap_rows, gap, min_k, max_k, max_b)
 
 
 @st.composite
