@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import math
-from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 
 import numpy as np
@@ -14,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
+
+from .selection import _map_row_blocks, can_select_fast, mask_below_kth_
 
 # %% auto #0
 __all__ = ['REDUCTIONS', 'LOSS_PARAMS', 'LOSS_NAMES', 'contrastive_loss', 'simple_loss', 'triplet_limit_loss', 'simple_limit_loss', 'n_informative', 'informative_mask', 'hard_contrastive_loss', 'hard_simple_loss', 'apply_loss', 'pair_similarities', 'bank_similarities', 'bank_contrastive_loss', 'SWD_PRIORS', 'DISTRIBUTION_LOSSES', 'FEATURE_LOSS_PARAMS', 'FEATURE_LOSS_NAMES', 'alignment_loss', 'logsumexp_loss', 'nt_xent_loss', 'decoupled_nt_xent_loss', 'random_orthogonal', 'prior_samples', 'swd_loss', 'generalized_loss', 'apply_feature_loss']
@@ -172,8 +173,6 @@ def n_informative(
     return max(1, min(n_negatives, math.ceil(round(alpha * n_negatives, 9))))
 
 # %% ../nbs/00_losses.ipynb #0d4889c1
-_SELECT_POOL: tuple[int, ThreadPoolExecutor] | None = None  # (workers, pool), made on first use
-_PARALLEL_SELECT_MIN = 1 << 20  # elements from which the rows are split over torch's intra-op threads
 _INT_KEYS_MAX_COLUMNS = 4096    # up to this row length numpy selects int32 faster than float32 (SIMD)
 
 def _order_keys(a: np.ndarray) -> np.ndarray:
@@ -189,12 +188,8 @@ def _partition_serial(values: np.ndarray, kth: int) -> np.ndarray:
 
 def _partition_column(values: np.ndarray, kth: int) -> np.ndarray:
     "Column `kth` of `values` [B, K] partitioned row by row (numpy releases the GIL, so row blocks run in parallel)."
-    threads = min(torch.get_num_threads(), values.shape[0])
-    if threads < 2 or values.size < _PARALLEL_SELECT_MIN: return _partition_serial(values, kth)
-    global _SELECT_POOL
-    if _SELECT_POOL is None or _SELECT_POOL[0] < threads: _SELECT_POOL = (threads, ThreadPoolExecutor(threads))
-    blocks = np.array_split(values, threads, axis=0)
-    return np.concatenate(list(_SELECT_POOL[1].map(lambda b: _partition_serial(b, kth), blocks)))
+    blocks = _map_row_blocks(lambda a, b: _partition_serial(values[a:b], kth), values.shape[0], values.size)
+    return np.concatenate(blocks)
 
 def _kth_largest(
     x: Tensor, # [B, K] values
@@ -384,11 +379,14 @@ def _bank_softmax(q: Tensor, bank: Tensor, idx: Tensor, tau: float, k: int | Non
     if sims.dtype not in (torch.float32, torch.float64): sims = sims.float()  # the softmax in float32 at least
     own = idx.unsqueeze(1)
     pos = sims.gather(1, own)          # s_ii
-    if k is not None:                   # Eq 9: select among the N - 1 negatives only
+    if k is None: logits = sims.div_(tau)
+    elif can_select_fast(sims):         # Eq 9, lesson 13's kernel: select among the N - 1 negatives, mask, divide
+        mask_below_kth_(sims, k, tau, own=idx)
+        logits = sims
+    else:                               # Eq 9 with the tools of this lesson
         sims.scatter_(1, own, float("-inf"))
         sims.masked_fill_(sims < _kth_largest(sims, k), float("-inf"))
-        sims.scatter_(1, own, pos)
-    logits = sims.div_(tau)
+        logits = sims.scatter_(1, own, pos).div_(tau)
     top = logits.amax(dim=1, keepdim=True)
     probs = _softmax_(logits)
     # the row's largest probability is exp(0) / Σ_j exp(l_j - top), so log Σ_j exp(l_j) = top - log(max P)
