@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from .selection import _map_row_blocks, can_select_fast, mask_below_kth_
+from .selection import _map_row_blocks, can_select_fast, compact_top_k
 
 # %% auto #0
 __all__ = ['REDUCTIONS', 'LOSS_PARAMS', 'LOSS_NAMES', 'contrastive_loss', 'simple_loss', 'triplet_limit_loss', 'simple_limit_loss', 'n_informative', 'informative_mask', 'hard_contrastive_loss', 'hard_simple_loss', 'apply_loss', 'pair_similarities', 'bank_similarities', 'bank_contrastive_loss', 'SWD_PRIORS', 'DISTRIBUTION_LOSSES', 'FEATURE_LOSS_PARAMS', 'FEATURE_LOSS_NAMES', 'alignment_loss', 'logsumexp_loss', 'nt_xent_loss', 'decoupled_nt_xent_loss', 'random_orthogonal', 'prior_samples', 'swd_loss', 'generalized_loss', 'apply_feature_loss']
@@ -373,17 +373,18 @@ def _softmax_(x: Tensor) -> Tensor:
     if x.device.type != "cpu": return torch.softmax(x, dim=1)
     return torch.ops.aten._softmax.out(x, 1, False, out=x)
 
-def _bank_softmax(q: Tensor, bank: Tensor, idx: Tensor, tau: float, k: int | None) -> tuple[Tensor, Tensor]:
-    "The softmax P [B, N] of each query's row of logits (one buffer) and each query's loss [B]."
+def _bank_softmax(q: Tensor, bank: Tensor, idx: Tensor, tau: float, k: int | None) -> tuple[Tensor, Tensor | None, Tensor]:
+    """Each query's softmax P over its logits and its loss [B]. P is [B, N] over the bank's rows (`cols` None), or, for
+    Eq 9 on the CPU, [B, C] over the kept rows `cols` [B, C] only (own row first; lesson 13's compact form)."""
     sims = q.to(bank.dtype) @ bank.T   # [B, N], the own row included
     if sims.dtype not in (torch.float32, torch.float64): sims = sims.float()  # the softmax in float32 at least
     own = idx.unsqueeze(1)
     pos = sims.gather(1, own)          # s_ii
+    cols = None
     if k is None: logits = sims.div_(tau)
-    elif can_select_fast(sims):         # Eq 9, lesson 13's kernel: select among the N - 1 negatives, mask, divide
-        mask_below_kth_(sims, k, tau, own=idx)
-        logits = sims
-    else:                               # Eq 9 with the tools of this lesson
+    elif can_select_fast(sims):         # Eq 9 by lesson 13's kernel: only the own row and the kept negatives remain
+        logits, cols = compact_top_k(sims, k, tau, own=idx)
+    else:                               # Eq 9 with the tools of this lesson: select among the N - 1 negatives only
         sims.scatter_(1, own, float("-inf"))
         sims.masked_fill_(sims < _kth_largest(sims, k), float("-inf"))
         logits = sims.scatter_(1, own, pos).div_(tau)
@@ -391,14 +392,14 @@ def _bank_softmax(q: Tensor, bank: Tensor, idx: Tensor, tau: float, k: int | Non
     probs = _softmax_(logits)
     # the row's largest probability is exp(0) / Σ_j exp(l_j - top), so log Σ_j exp(l_j) = top - log(max P)
     log_total = top - probs.amax(dim=1, keepdim=True).log()
-    return probs, (log_total - pos / tau).squeeze(1)
+    return probs, cols, (log_total - pos / tau).squeeze(1)
 
 class _BankNLL(torch.autograd.Function):
     "Per query, Eq 1 (or Eq 9 keeping each query's k nearest negatives) against a bank; the own row is the positive."
     @staticmethod
     def forward(ctx, q: Tensor, bank: Tensor, idx: Tensor, tau: float, k: int | None) -> Tensor:
-        probs, loss = _bank_softmax(q, bank, idx, tau, k)
-        ctx.probs, ctx.tau, ctx.k = probs, tau, k
+        probs, cols, loss = _bank_softmax(q, bank, idx, tau, k)
+        ctx.probs, ctx.cols, ctx.tau, ctx.k = probs, cols, tau, k
         ctx.save_for_backward(q, bank, idx)
         return loss.to(q.dtype)
 
@@ -406,14 +407,20 @@ class _BankNLL(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad: Tensor):
         q, bank, idx = ctx.saved_tensors
-        d = ctx.probs                      # P_ik
+        d, cols = ctx.probs, ctx.cols      # P_ik
         ctx.probs = None                   # the first backward pass works in place on the forward's buffer;
-        if d is None: d, _ = _bank_softmax(q, bank, idx, ctx.tau, ctx.k)  # a second one recomputes it
-        d.scatter_add_(1, idx.unsqueeze(1), d.new_full((len(idx), 1), -1.0))  # Eq 4: P - 1 at the positive
+        if d is None: d, cols, _ = _bank_softmax(q, bank, idx, ctx.tau, ctx.k)  # a second one recomputes it
+        at_own = idx.unsqueeze(1) if cols is None else torch.zeros_like(idx).unsqueeze(1)  # compact rows: own first
+        d.scatter_add_(1, at_own, d.new_full((len(idx), 1), -1.0))  # Eq 4: P - 1 at the positive
         scale = (grad.to(d.dtype) / ctx.tau).unsqueeze(1)
         grad_q = grad_bank = None
-        if ctx.needs_input_grad[0]: grad_q = ((d.to(bank.dtype) @ bank).to(d.dtype) * scale).to(q.dtype)
-        if ctx.needs_input_grad[1]: grad_bank = d.mul_(scale).T.to(bank.dtype) @ q.to(bank.dtype)
+        if cols is not None:               # compact: each query's gradient sums only its kept rows of the bank
+            d.mul_(scale)
+            if ctx.needs_input_grad[0]:
+                grad_q = F.embedding_bag(cols, bank, per_sample_weights=d.to(bank.dtype), mode="sum").to(q.dtype)
+            if ctx.needs_input_grad[1]: d = d.new_zeros(len(idx), bank.shape[0]).scatter_add_(1, cols, d)
+        elif ctx.needs_input_grad[0]: grad_q = ((d.to(bank.dtype) @ bank).to(d.dtype) * scale).to(q.dtype)
+        if ctx.needs_input_grad[1]: grad_bank = (d if cols is not None else d.mul_(scale)).T.to(bank.dtype) @ q.to(bank.dtype)
         return grad_q, grad_bank, None, None, None
 
 def bank_contrastive_loss(

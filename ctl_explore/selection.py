@@ -25,7 +25,7 @@ def _jit(**options):
     return numba.njit(nogil=True, cache="__file__" in globals(), **options)
 
 # %% auto #0
-__all__ = ['HAVE_NUMBA', 'can_select_fast', 'mask_below_kth_']
+__all__ = ['HAVE_NUMBA', 'can_select_fast', 'mask_below_kth_', 'compact_top_k']
 
 # %% ../nbs/13_fast_selection.ipynb #64637e7f
 _POOL: tuple[int, ThreadPoolExecutor] | None = None  # (workers, pool), made on first use
@@ -53,36 +53,10 @@ def _histogram(values, stride, lo, width, hist):
         hist[min(np.int32(max((values[j] - lo) * width, 0.0)), top)] += 1
 
 @_jit()
-def _count_at_least(row, t):
-    "How many values of `row` are >= t."
-    c = 0
+def _divide(row, tau):
+    "row /= tau."
     for j in range(row.shape[0]):
-        c += np.int32(row[j] >= t)
-    return c
-
-@_jit()
-def _flag_band(row, low, high, flags):
-    "flags[j] = 1 where low <= row[j] < high, else 0."
-    for j in range(row.shape[0]):
-        v = row[j]
-        flags[j] = np.uint8(v >= low) & np.uint8(v < high)
-
-@_jit()
-def _gather_flagged(row, flags, buf):
-    "Copy the flagged values of `row` to the front of `buf`; return how many. The flags are tested eight at a time."
-    n = row.shape[0]
-    n8 = n - n % 8
-    words = flags[:n8].view(np.uint64)
-    m = 0
-    for w in range(words.shape[0]):
-        if words[w]:
-            for j in range(8 * w, 8 * w + 8):
-                buf[m] = row[j]
-                m += flags[j]
-    for j in range(n8, n):
-        buf[m] = row[j]
-        m += flags[j]
-    return m
+        row[j] = row[j] / tau
 
 @_jit()
 def _mask_scale(row, t, tau):
@@ -92,6 +66,50 @@ def _mask_scale(row, t, tau):
         row[j] = -np.inf if v < t else v / tau
 
 # %% ../nbs/13_fast_selection.ipynb #37aedeb0
+def _de_bruijn_table(constant: int = 0x03F79D71B4CB0A89) -> np.ndarray:
+    "table[(2**i * constant mod 2**64) >> 58] = i: a 64-bit de Bruijn constant makes those 64 keys distinct."
+    table = np.empty(64, np.int64)
+    for i in range(64): table[((constant << i) & (2**64 - 1)) >> 58] = i
+    return table
+
+_DE_BRUIJN = _de_bruijn_table()
+_DE_BRUIJN_CONSTANT = np.uint64(0x03F79D71B4CB0A89)
+
+@_jit()
+def _trailing_zeros_de_bruijn(mask):
+    "Index of the lowest set bit of a non-zero uint64."
+    lowest = mask & (~mask + np.uint64(1))
+    return _DE_BRUIJN[(lowest * _DE_BRUIJN_CONSTANT) >> np.uint64(58)]
+
+try:
+    from numba.cpython.unsafe.numbers import trailing_zeros as _trailing_zeros
+except ImportError:  # pragma: no cover (older or newer numba)
+    _trailing_zeros = _trailing_zeros_de_bruijn
+
+@_jit()
+def _gather_at_least(row, low, buf, at):
+    "Copy the values of `row` that are >= low to the front of `buf`, their columns to `at`, in column order; return how many."
+    n = row.shape[0]
+    n64 = n - n % 64
+    m = 0
+    for base in range(0, n64, 64):
+        mask = np.uint64(0)
+        for i in range(64):
+            mask |= np.uint64(row[base + i] >= low) << np.uint64(i)
+        while mask:
+            j = base + _trailing_zeros(mask)
+            buf[m] = row[j]
+            at[m] = j
+            m += 1
+            mask &= mask - np.uint64(1)
+    for j in range(n64, n):
+        if row[j] >= low:
+            buf[m] = row[j]
+            at[m] = j
+            m += 1
+    return m
+
+# %% ../nbs/13_fast_selection.ipynb #8da6f998
 @_jit()
 def _bracket(hist, n, k):
     "Bins (b_low, b_high): the k-th largest of n values very likely lies in bins b_low .. b_high - 1 of this sample histogram."
@@ -137,43 +155,67 @@ def _kth_of_band(buf, m, r, hist):
         r = r - above
     return np.partition(band, m - r)[m - r]
 
-# %% ../nbs/13_fast_selection.ipynb #ff7a6645
+# %% ../nbs/13_fast_selection.ipynb #09367468
 @_jit()
-def _select_rows(x, own, lo, hi, k, tau, stride, out):
-    "For each row of x: out[r] = k-th largest (own column left out); x[r] becomes Eq 9's logits. Returns the fallbacks."
+def _select_rows(x, own, lo, hi, k, tau, stride, out, vals, cols):
+    "Row r: out[r] = k-th largest (own column aside); then Eq 9's logits, dense in x or compact in vals/cols. (fallbacks, widest)"
     rows, n = x.shape
+    compact = vals.shape[1] > 0
     hist = np.empty(_BINS, np.int32)
-    flags = np.empty(n, np.uint8)
-    buf = np.empty(n, x.dtype)
+    cand = np.empty(n, x.dtype)    # the candidates: values at or above the band's floor ...
+    at = np.empty(n, np.int64)     # ... and their columns
+    band = np.empty(n, x.dtype)
     bounds = np.empty(2, x.dtype)  # the band's bounds in the row's own precision, so that comparisons vectorise
     misses = 0
+    widest = 0
     for r in range(rows):
         row = x[r]
         o = own[r]
         keep = row[o] if o >= 0 else row[0]
         if o >= 0: row[o] = -np.inf  # the positive takes no part in the selection
-        t = lo[r]
+        bounds[0] = lo[r]
+        bounds[1] = np.inf
         width = (_BINS - 1) / (np.float64(hi[r]) - np.float64(lo[r])) if hi[r] > lo[r] else np.inf
-        if math.isfinite(width):
+        if math.isfinite(width):  # else all values are equal: the whole row is the band
             _histogram(row, stride, lo[r], width, hist)
             b_low, b_high = _bracket(hist, n - 1 if o >= 0 else n, k)
             bounds[0] = lo[r] + b_low / width
-            bounds[1] = lo[r] + b_high / width if b_high < _BINS else np.inf
-            above = _count_at_least(row, bounds[1])
-            _flag_band(row, bounds[0], bounds[1], flags)
-            m = _gather_flagged(row, flags, buf)
-            if not (above < k <= above + m):  # the sample misled us: the band is the whole row
-                misses += 1
-                above = 0
-                bounds[0] = lo[r]
-                bounds[1] = np.inf
-                _flag_band(row, bounds[0], bounds[1], flags)
-                m = _gather_flagged(row, flags, buf)
-            t = _kth_of_band(buf, m, k - above, hist)
-        _mask_scale(row, t, tau)
-        if o >= 0: row[o] = keep / tau
+            if b_high < _BINS: bounds[1] = lo[r] + b_high / width
+        m = _gather_at_least(row, bounds[0], cand, at)
+        mb = 0
+        for i in range(m):  # the band: candidates below its ceiling (branch-free)
+            band[mb] = cand[i]
+            mb += cand[i] < bounds[1]
+        if not (m - mb < k <= m):  # the sample misled us: the band is the whole row
+            misses += 1
+            bounds[0] = lo[r]
+            m = _gather_at_least(row, bounds[0], cand, at)
+            band[:m] = cand[:m]
+            mb = m
+        t = _kth_of_band(band, mb, k - (m - mb), hist)
         out[r] = t
-    return misses
+        if not compact:
+            _mask_scale(row, t, tau)
+            if o >= 0: row[o] = keep / tau
+            continue
+        first = 1 if o >= 0 else 0
+        kept = 0
+        for i in range(m): kept += cand[i] >= t
+        widest = max(widest, first + kept + 1)  # one column to spare: the branch-free copy writes one slot past the last
+        if first + kept < vals.shape[1]:  # else the caller widens vals and asks again
+            if o >= 0:
+                vals[r, 0] = keep
+                cols[r, 0] = o
+            c = first
+            for i in range(m):
+                vals[r, c] = cand[i]
+                cols[r, c] = at[i]
+                c += cand[i] >= t
+            vals[r, c:] = -np.inf
+            cols[r, c:] = max(o, 0)
+            _divide(vals[r, :c], tau)
+        if o >= 0: row[o] = keep  # x is left as it was
+    return misses, widest
 
 # %% ../nbs/13_fast_selection.ipynb #0dbfb1cf
 def can_select_fast(x: Tensor) -> bool:
@@ -198,6 +240,23 @@ def _check_select_args(x, k, own) -> Tensor | None:
         raise ValueError(f"k must be an integer in [1, {n_values}] (the values per row{' besides the own column' if own is not None else ''}), got {k!r}")
     return None if own is None else own.to(torch.int64)
 
+def _prepare(x, k, tau, own):
+    "Checked arguments as numpy views: (x, own or -1s, row minima, row maxima, tau in x's dtype)."
+    own = _check_select_args(x, k, own)
+    if not (isinstance(tau, (int, float)) and math.isfinite(tau) and tau > 0): raise ValueError(f"tau must be a finite number > 0, got {tau!r}")
+    lo, hi = x.amin(dim=1), x.amax(dim=1)  # with the own column: harmless, the bins only get a little wider
+    if x.numel() and not (torch.isfinite(lo).all() and torch.isfinite(hi).all()): raise ValueError("x must be finite")
+    own = own if own is not None else torch.full((x.shape[0],), -1)
+    xs = x.numpy()
+    return xs, own.numpy(), lo.numpy(), hi.numpy(), xs.dtype.type(tau)
+
+def _run_rows(xs, own, lo, hi, k, tau, out, vals, cols) -> tuple[int, int]:
+    "`_select_rows` over row blocks on the thread pool: (fallbacks, widest compact row)."
+    def block(a, b):
+        return _select_rows(xs[a:b], own[a:b], lo[a:b], hi[a:b], k, tau, _STRIDE, out[a:b], vals[a:b], cols[a:b])
+    done = _map_row_blocks(block, xs.shape[0], xs.size)
+    return sum(d[0] for d in done), max((d[1] for d in done), default=0)
+
 def mask_below_kth_(
     x: Tensor,                # [B, N] float32/float64 CPU similarities, modified in place
     k: int,                   # keep each row's k largest values (ties with the k-th are kept too)
@@ -205,14 +264,23 @@ def mask_below_kth_(
     own: Tensor | None = None # [B] a column per row left out of the selection (kept, divided by tau), e.g. the positive
 ) -> Tensor:
     "In place: x[r, j] = -inf below row r's k-th largest value, else x[r, j] / tau. Returns the k-th largest values [B, 1]."
-    own = _check_select_args(x, k, own)
-    if not (isinstance(tau, (int, float)) and math.isfinite(tau) and tau > 0): raise ValueError(f"tau must be a finite number > 0, got {tau!r}")
-    rows, n = x.shape
-    out = torch.empty(rows, 1, dtype=x.dtype)
-    if rows == 0: return out
-    lo, hi = x.amin(dim=1), x.amax(dim=1)  # with the own column: harmless, the bins only get a little wider
-    if not (torch.isfinite(lo).all() and torch.isfinite(hi).all()): raise ValueError("x must be finite")
-    xs, ls, hs, os_ = x.numpy(), lo.numpy(), hi.numpy(), (own if own is not None else torch.full((rows,), -1)).numpy()
-    o, t = out.numpy()[:, 0], xs.dtype.type(tau)
-    _map_row_blocks(lambda a, b: _select_rows(xs[a:b], os_[a:b], ls[a:b], hs[a:b], k, t, _STRIDE, o[a:b]), rows, x.numel())
-    return out
+    xs, own, lo, hi, tau = _prepare(x, k, tau, own)
+    out = np.empty(len(xs), xs.dtype)
+    _run_rows(xs, own, lo, hi, k, tau, out, np.empty((len(xs), 0), xs.dtype), np.empty((len(xs), 0), np.int64))
+    return torch.from_numpy(out)[:, None]
+
+def compact_top_k(
+    x: Tensor,                 # [B, N] float32/float64 CPU similarities (left unchanged)
+    k: int,                    # keep each row's k largest values (ties with the k-th are kept too)
+    tau: float = 1.0,          # the kept values are divided by tau
+    own: Tensor | None = None, # [B] a column per row left out of the selection and put first, e.g. the positive
+    slack: int = 256,          # room for ties beyond k before the output has to be widened
+) -> tuple[Tensor, Tensor]:
+    "Each row's kept values / tau and their columns, [B, C] each (own column first), padded with -inf at column own or 0."
+    xs, own, lo, hi, tau = _prepare(x, k, tau, own)
+    width = k + (own[0] >= 0 if len(own) else 0) + 1 + max(int(slack), 0)
+    while True:
+        vals, cols = np.empty((len(xs), width), xs.dtype), np.empty((len(xs), width), np.int64)
+        _, widest = _run_rows(xs, own, lo, hi, k, tau, np.empty(len(xs), xs.dtype), vals, cols)
+        if widest <= width: return torch.from_numpy(vals), torch.from_numpy(cols)
+        width = widest  # more ties than the slack allowed: once more, wide enough
