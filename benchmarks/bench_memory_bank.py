@@ -1,9 +1,10 @@
 """The memory-bank loss step of [WL21]'s protocol: B=128 queries against a 50,000 x 128 bank (issue 4; goal <= 30 ms).
 
 One step = `MemoryBank.loss` (the one-pass `bank_contrastive_loss` of lesson 00 for these two losses), its backward
-pass to the queries, and the moving-average update of the queries' rows. Measured for the ordinary loss and the hard loss (alpha = 0.0819, 4095 negatives kept),
-with the bank in float32 and in bfloat16, next to the bare matrix product q @ bank.T (forward + backward), the floor
-that no implementation of the step can go below. Run: `python benchmarks/bench_memory_bank.py [--rounds N]`.
+pass to the queries, and the moving-average update of the queries' rows. Measured for the ordinary loss and the hard
+loss (alpha = 0.0819, 4095 negatives kept; on the CPU its threshold comes from lesson 13's compiled selection and its
+softmax and gradient run over the kept rows only), with the bank in float32 and in bfloat16, next to the bare matrix
+product q @ bank.T (forward + backward), the floor of the ordinary step. Run: `python benchmarks/bench_memory_bank.py [--rounds N]`.
 """
 from __future__ import annotations
 
