@@ -22,7 +22,10 @@ HAVE_NUMBA = numba is not None
 def _jit(**options):
     "numba's compiler without the GIL, cached on disk when the code lives in a module file (not in a notebook cell)."
     if numba is None: return lambda f: f
-    return numba.njit(nogil=True, cache="__file__" in globals(), **options)
+    def compile(f):
+        try: return numba.njit(nogil=True, cache="__file__" in globals(), **options)(f)
+        except RuntimeError: return numba.njit(nogil=True, **options)(f)  # no writable cache folder: compile in each process
+    return compile
 
 # %% auto #0
 __all__ = ['HAVE_NUMBA', 'can_select_fast', 'mask_below_kth_', 'compact_top_k']
