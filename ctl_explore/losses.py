@@ -410,17 +410,19 @@ class _BankNLL(torch.autograd.Function):
         d, cols = ctx.probs, ctx.cols      # P_ik
         ctx.probs = None                   # the first backward pass works in place on the forward's buffer;
         if d is None: d, cols, _ = _bank_softmax(q, bank, idx, ctx.tau, ctx.k)  # a second one recomputes it
-        at_own = idx.unsqueeze(1) if cols is None else torch.zeros_like(idx).unsqueeze(1)  # compact rows: own first
-        d.scatter_add_(1, at_own, d.new_full((len(idx), 1), -1.0))  # Eq 4: P - 1 at the positive
+        if cols is None: d.scatter_add_(1, idx.unsqueeze(1), d.new_full((len(idx), 1), -1.0))  # Eq 4: P - 1 at the positive
+        else: d[:, 0] -= 1.0               # compact rows hold the positive first
         scale = (grad.to(d.dtype) / ctx.tau).unsqueeze(1)
         grad_q = grad_bank = None
-        if cols is not None:               # compact: each query's gradient sums only its kept rows of the bank
+        if cols is None:                   # dense: one product with the whole bank
+            if ctx.needs_input_grad[0]: grad_q = ((d.to(bank.dtype) @ bank).to(d.dtype) * scale).to(q.dtype)
+            if ctx.needs_input_grad[1]: d.mul_(scale)
+        else:                              # compact: each query's gradient sums only its kept rows of the bank
             d.mul_(scale)
             if ctx.needs_input_grad[0]:
                 grad_q = F.embedding_bag(cols, bank, per_sample_weights=d.to(bank.dtype), mode="sum").to(q.dtype)
             if ctx.needs_input_grad[1]: d = d.new_zeros(len(idx), bank.shape[0]).scatter_add_(1, cols, d)
-        elif ctx.needs_input_grad[0]: grad_q = ((d.to(bank.dtype) @ bank).to(d.dtype) * scale).to(q.dtype)
-        if ctx.needs_input_grad[1]: grad_bank = (d if cols is not None else d.mul_(scale)).T.to(bank.dtype) @ q.to(bank.dtype)
+        if ctx.needs_input_grad[1]: grad_bank = d.T.to(bank.dtype) @ q.to(bank.dtype)
         return grad_q, grad_bank, None, None, None
 
 def bank_contrastive_loss(

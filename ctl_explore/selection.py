@@ -222,7 +222,7 @@ def _select_rows(x, own, lo, hi, k, tau, stride, out, vals, cols):
 
 # %% ../nbs/13_fast_selection.ipynb #0dbfb1cf
 def can_select_fast(x: Tensor) -> bool:
-    "Whether `mask_below_kth_` runs compiled on `x`: numba is installed and `x` is a contiguous float32/float64 CPU matrix."
+    "Whether the compiled kernels take `x`: numba is installed and `x` is a contiguous float32/float64 CPU matrix."
     return (HAVE_NUMBA and isinstance(x, Tensor) and x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64)
             and x.dim() == 2 and x.is_contiguous())
 
