@@ -43,12 +43,14 @@ PRETRAIN_HELP = {
     "momentum": "SGD momentum",
     "weight_decay": "SGD weight decay",
     "lr_drops": "fractions of the epochs after which lr is multiplied by 0.1 (WL21: 160 and 190 of 200)",
+    "warmup_epochs": "epochs of linear learning-rate warm-up, lr·(e+1)/warmup in epoch e (0: none, as in WL21)",
     "seed": "random seed (model, bank, shuffling, augmentation)",
     "device": "auto, cpu, cuda, cuda:N",
     "precision": f"{', '.join(PRECISIONS)} (bf16 autocast)",
     "compile": "torch.compile the encoder",
     "knn_k": "neighbours of the kNN monitor",
     "eval_batch_size": "batch size when embedding for the epoch's measurements",
+    "eval_every": "measure uniformity, tolerance, alignment and kNN accuracy every N epochs, and after the last",
 }
 _CHOICES = dict(dataset=DATASETS, backbone=BACKBONES, norm=NORMS, head=HEADS, loss=PRETRAIN_LOSSES,
                 negatives=NEGATIVES, precision=PRECISIONS, bank_precision=PRECISIONS)
@@ -86,6 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, type=Path, help="run folder (config.json, metrics.jsonl, checkpoint.pt)")
     p.add_argument("--restart", action="store_true", help="start over, replacing the folder's checkpoint")
     p.add_argument("--quiet", action="store_true", help="no progress bars or per-epoch lines")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: 1 for the convnet on the CPU, where more "
+                   "threads mostly wait on each other and slow down badly when another process is busy; torch's setting otherwise)")
     _add_config_options(p, PretrainConfig, PRETRAIN_HELP)
     e = sub.add_parser("linear-eval", help="linear evaluation of a pretrained run", description=
                        "Train a linear classifier on the frozen backbone features of a run folder and report top-1 accuracy.")
@@ -114,9 +118,9 @@ def main(argv: list[str] | None = None) -> int:
             report = write_report(rows, out, args["preset"])
             print(f"{len(rows)} runs; results in {out / 'results.csv'}; report: {report}")
         elif command == "pretrain":
-            out, restart, quiet = args.pop("out"), args.pop("restart"), args.pop("quiet")
+            out, restart, quiet, threads = args.pop("out"), args.pop("restart"), args.pop("quiet"), args.pop("threads")
             config = PretrainConfig(**args)
-            last = pretrain(config, out, quiet=quiet, restart=restart)
+            last = pretrain(config, out, quiet=quiet, restart=restart, threads=threads)
             print(json.dumps({"run": str(out), **last}))
         else:
             run, random_init, device = args.pop("run"), args.pop("random_init"), args.pop("device")

@@ -26,13 +26,26 @@ from .metrics import alignment, knn_accuracy, tolerance, uniformity
 from .models import BACKBONES, HEADS, NORMS, Encoder, build_encoder
 
 # %% auto #0
-__all__ = ['NEGATIVES', 'PRECISIONS', 'PRETRAIN_LOSSES', 'CHECKPOINT_FORMAT', 'TIMING_KEYS', 'PretrainConfig', 'lr_at',
-           'CheckpointError', 'save_checkpoint', 'load_checkpoint', 'embed', 'evaluate', 'pretrain']
+__all__ = ['NEGATIVES', 'PRECISIONS', 'PRETRAIN_LOSSES', 'MIN_IMAGE_SIZE', 'CHECKPOINT_FORMAT', 'METRIC_KEYS', 'TIMING_KEYS',
+           'PretrainConfig', 'lr_at', 'CheckpointError', 'save_checkpoint', 'load_checkpoint', 'embed', 'evaluates_at',
+           'evaluate', 'threads_for', 'pretrain']
 
 # %% ../nbs/07_pretrain.ipynb #6dbc4a4b
 NEGATIVES = ("bank", "batch")
 PRECISIONS = ("fp32", "bf16")
 PRETRAIN_LOSSES = LOSS_NAMES + FEATURE_LOSS_NAMES  # similarity losses (lesson 00), then feature losses (lesson 11)
+MIN_IMAGE_SIZE = {"convnet": 4}    # the ConvNet halves the image twice; the ResNets take any size
+
+def _is_int(v) -> bool: return isinstance(v, int) and not isinstance(v, bool)
+def _is_number(v) -> bool: return isinstance(v, (int, float)) and not isinstance(v, bool)  # True is not a temperature
+
+def _check_device_name(name) -> None:
+    "A `ValueError` unless `name` is 'auto' or a device torch knows of the kinds this package trains on."
+    if name == "auto": return
+    try: kind = torch.device(name).type if isinstance(name, str) else None
+    except (RuntimeError, ValueError): kind = None
+    if kind not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {name!r}")
 
 @dataclass
 class PretrainConfig:
@@ -59,12 +72,14 @@ class PretrainConfig:
     momentum: float = 0.9
     weight_decay: float = 5e-4
     lr_drops: tuple[float, ...] = (0.8, 0.95)  # fractions of the epochs after which lr is multiplied by 0.1
+    warmup_epochs: int = 0             # linear learning-rate warm-up: lr·(e+1)/warmup_epochs during epoch e < warmup_epochs
     seed: int = 0
     device: str = "auto"               # "auto" (CUDA if available), "cpu", "cuda", "cuda:1", ...
     precision: str = "fp32"            # "fp32", or "bf16" autocast (CUDA)
     compile: bool = False              # torch.compile the encoder (CUDA)
     knn_k: int = 200                   # neighbours of the weighted kNN monitor
     eval_batch_size: int = 512
+    eval_every: int = 1                # measure the embedding every this many epochs, and after the last one
 
     def __post_init__(self):
         self.lr_drops = tuple(self.lr_drops)
@@ -76,23 +91,31 @@ class PretrainConfig:
         if self.loss in FEATURE_LOSS_PARAMS and self.negatives != "batch":
             raise ValueError(f"loss {self.loss!r} compares the two views of each batch, so it needs negatives='batch' "
                              f"(got negatives={self.negatives!r}); the memory bank serves only {', '.join(LOSS_NAMES)}")
-        for name in ("width", "out_dim", "epochs", "batch_size", "knn_k", "eval_batch_size"):
+        for name in ("width", "out_dim", "epochs", "batch_size", "knn_k", "eval_batch_size", "eval_every"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1: raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+            if not _is_int(v) or v < 1: raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
         if self.batch_size < 2: raise ValueError(f"batch_size must be at least 2, got {self.batch_size}")
+        if not _is_int(self.warmup_epochs) or not 0 <= self.warmup_epochs < self.epochs:
+            raise ValueError(f"warmup_epochs must be an integer in [0, epochs) = [0, {self.epochs}), got {self.warmup_epochs!r}")
+        if self.image_size is not None:
+            smallest = MIN_IMAGE_SIZE.get(self.backbone, 1)
+            if not _is_int(self.image_size) or self.image_size < smallest:
+                raise ValueError(f"image_size must be an integer >= {smallest} for the {self.backbone} backbone "
+                                 f"(or None for the dataset's default), got {self.image_size!r}")
         for name in ("tau", "lr"):
             v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0): raise ValueError(f"{name} must be a number > 0, got {v!r}")
+            if not (_is_number(v) and math.isfinite(v) and v > 0): raise ValueError(f"{name} must be a number > 0, got {v!r}")
         for name in ("lam", "weight_decay"):
             v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0): raise ValueError(f"{name} must be a number >= 0, got {v!r}")
-        if not (isinstance(self.alpha, (int, float)) and 0 < self.alpha <= 1): raise ValueError(f"alpha must lie in (0, 1], got {self.alpha!r}")
+            if not (_is_number(v) and math.isfinite(v) and v >= 0): raise ValueError(f"{name} must be a number >= 0, got {v!r}")
+        if not (_is_number(self.alpha) and 0 < self.alpha <= 1): raise ValueError(f"alpha must lie in (0, 1], got {self.alpha!r}")
         for name in ("momentum", "bank_momentum"):
             v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and 0 <= v < 1): raise ValueError(f"{name} must lie in [0, 1), got {v!r}")
-        if not all(isinstance(f, (int, float)) and 0 < f <= 1 for f in self.lr_drops):
+            if not (_is_number(v) and 0 <= v < 1): raise ValueError(f"{name} must lie in [0, 1), got {v!r}")
+        if not all(_is_number(f) and 0 < f <= 1 for f in self.lr_drops):
             raise ValueError(f"lr_drops must be fractions of the epochs in (0, 1], got {self.lr_drops!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int): raise ValueError(f"seed must be an integer, got {self.seed!r}")
+        if not _is_int(self.seed): raise ValueError(f"seed must be an integer, got {self.seed!r}")
+        _check_device_name(self.device)
 
     def loss_params(self) -> dict:
         "The hyper-parameters the chosen loss takes, e.g. {'tau': 0.2} for the contrastive loss."
@@ -108,9 +131,10 @@ class PretrainConfig:
 
 # %% ../nbs/07_pretrain.ipynb #ee2714a3
 def lr_at(config: PretrainConfig, epoch: int) -> float:
-    "The learning rate during `epoch` (0-based): `config.lr`, times 0.1 for each drop already passed."
+    "The learning rate during `epoch` (0-based): `config.lr`, times (epoch+1)/warmup_epochs while warming up, times 0.1 for each drop already passed."
     passed = sum(epoch >= round(f * config.epochs) for f in config.lr_drops)
-    return config.lr * 0.1 ** passed
+    warm = (epoch + 1) / config.warmup_epochs if epoch < config.warmup_epochs else 1.0
+    return config.lr * warm * 0.1 ** passed
 
 # %% ../nbs/07_pretrain.ipynb #7ba063c4
 CHECKPOINT_FORMAT = "ctl_explore.pretrain/1"
@@ -182,6 +206,12 @@ def embed(model: Encoder, images: Tensor, augment: TwoViewAugment, batch_size: i
     model.train(was_training)
     return torch.cat(out)
 
+METRIC_KEYS = ("uniformity", "tolerance", "alignment", "knn_accuracy")
+
+def evaluates_at(config: PretrainConfig, epoch: int) -> bool:
+    "Whether `pretrain` measures the embedding after `epoch` (0-based): every `config.eval_every` epochs, and after the last."
+    return (epoch + 1) % config.eval_every == 0 or epoch + 1 == config.epochs
+
 def evaluate(model: Encoder, train: ImageData, test: ImageData, augment: TwoViewAugment, config: PretrainConfig,
              epoch: int) -> dict:
     "The epoch's measurements of the embedding: uniformity, tolerance, alignment and kNN accuracy."
@@ -199,7 +229,12 @@ def evaluate(model: Encoder, train: ImageData, test: ImageData, augment: TwoView
                 knn_accuracy=knn_accuracy(z_train, train.labels, z_test, test.labels, k=min(config.knn_k, len(train))))
 
 # %% ../nbs/07_pretrain.ipynb #51d00cc6
-TIMING_KEYS = ("images_per_s", "epoch_time_s")
+TIMING_KEYS = ("images_per_s", "epoch_time_s", "wall_time_s")
+
+def threads_for(config: PretrainConfig) -> int | None:
+    "The CPU thread count `pretrain` uses unless told: 1 for the small ConvNet on the CPU; None (torch's own setting) otherwise."
+    on_cpu = config.device.startswith("cpu") or (config.device == "auto" and not torch.cuda.is_available())
+    return 1 if on_cpu and config.backbone == "convnet" else None
 
 def _resolve_device(name: str) -> torch.device:
     if name == "auto": return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -221,19 +256,28 @@ def pretrain(
     quiet: bool = False,        # no progress bars
     restart: bool = False,      # ignore (and replace) an existing checkpoint instead of resuming from it
     until_epoch: int | None = None, # stop (resumably) once this many epochs are done; default: config.epochs
+    threads: int | None = None, # CPU threads for the run (torch.set_num_threads, restored after); None: threads_for(config)
 ) -> dict:
-    "Pretrain an encoder as in [WL21], resuming from `out_dir`'s checkpoint if there is one; returns the last epoch's metrics."
+    "Pretrain an encoder as in [WL21], resuming from `out_dir`'s checkpoint if there is one; returns the last epoch's record."
+    start_time = time.perf_counter()
     stop = config.epochs if until_epoch is None else until_epoch
-    if isinstance(stop, bool) or not isinstance(stop, int) or not 1 <= stop <= config.epochs:
+    if not _is_int(stop) or not 1 <= stop <= config.epochs:
         raise ValueError(f"until_epoch must be an integer in [1, {config.epochs}] or None, got {until_epoch!r}")
+    if threads is not None and (not _is_int(threads) or threads < 1):
+        raise ValueError(f"threads must be an integer >= 1 or None (automatic), got {threads!r}")
     device = _resolve_device(config.device)
+    threads = threads if threads is not None else threads_for(config)
+    previous_threads = torch.get_num_threads()
+    if threads is not None: torch.set_num_threads(threads)
     started_dist = _init_distributed(device)
     try:
-        return _pretrain(config, Path(out_dir), quiet, restart, device, stop)
+        return _pretrain(config, Path(out_dir), quiet, restart, device, stop, start_time)
     finally:
         if started_dist: dist.destroy_process_group()
+        torch.set_num_threads(previous_threads)
 
-def _pretrain(config: PretrainConfig, out_dir: Path, quiet: bool, restart: bool, device: torch.device, stop: int) -> dict:
+def _pretrain(config: PretrainConfig, out_dir: Path, quiet: bool, restart: bool, device: torch.device, stop: int,
+              start_time: float) -> dict:
     rank, world = _distributed()
     if config.batch_size % world: raise ValueError(f"batch_size {config.batch_size} must be divisible by the {world} processes")
     if world > 1 and config.negatives == "batch":
@@ -252,13 +296,15 @@ def _pretrain(config: PretrainConfig, out_dir: Path, quiet: bool, restart: bool,
     bank = MemoryBank(len(train), config.out_dim, config.bank_momentum, generator=torch.Generator().manual_seed(config.seed + 1),
                       dtype=torch.bfloat16 if config.bank_precision == "bf16" else torch.float32).to(device)
     generator = torch.Generator(device=device).manual_seed(config.seed)
-    history, start_epoch = [], 0
+    history, start_epoch, wall_before = [], 0, 0.0  # wall_before: the wall time of the run's earlier sessions
 
     if ckpt_path.exists() and not restart:
         state = load_checkpoint(ckpt_path, config)
         model.load_state_dict(state["model"]); optimizer.load_state_dict(state["optimizer"])
         bank.load_state_dict(state["bank"]); generator.set_state(state["generator"])
         history, start_epoch = state["history"], state["epoch"]
+        # checkpoints written before the field existed: their epochs' training time is what is known
+        wall_before = state.get("wall_time_s", sum(h.get("epoch_time_s", 0.0) for h in history))
     if rank == 0:
         (out_dir / "config.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n")
         # the checkpoint's history is the truth: a line appended after the last checkpoint is dropped here
@@ -303,18 +349,17 @@ def _pretrain(config: PretrainConfig, out_dir: Path, quiet: bool, restart: bool,
                 bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{lr:.3g}", img_s=f"{(step + 1) * config.batch_size / (time.perf_counter() - start):.0f}")
         seconds = time.perf_counter() - start
         if world > 1: dist.all_reduce(total); total /= world
-        record = dict(epoch=epoch + 1, loss=total.item() / steps, lr=lr,
-                      **evaluate(model, train, test, augment, config, epoch),
-                      images_per_s=steps * config.batch_size / seconds, epoch_time_s=seconds)
+        record = dict(epoch=epoch + 1, loss=total.item() / steps, lr=lr)
+        if evaluates_at(config, epoch): record.update(evaluate(model, train, test, augment, config, epoch))
+        # the run's wall time so far: setup, training, measuring and the earlier checkpoints, over every session
+        wall = wall_before + time.perf_counter() - start_time
+        record.update(images_per_s=steps * config.batch_size / seconds, epoch_time_s=seconds, wall_time_s=wall)
         history.append(record)
         if rank == 0:
             save_checkpoint(ckpt_path, dict(config=config.to_dict(), epoch=epoch + 1, model=model.state_dict(),
                                             optimizer=optimizer.state_dict(), bank=bank.state_dict(),
-                                            generator=generator.get_state(), history=history))
+                                            generator=generator.get_state(), history=history, wall_time_s=wall))
             with open(metrics_path, "a") as f: f.write(json.dumps(record) + "\n")
-            if not quiet:
-                print(f"epoch {epoch + 1:>3}/{config.epochs}  loss {record['loss']:.4f}  lr {lr:.3g}  "
-                      f"uniformity {record['uniformity']:.3f}  tolerance {record['tolerance']:.3f}  "
-                      f"kNN {record['knn_accuracy']:.3f}  {record['images_per_s']:.0f} img/s")
+            if not quiet: print(_epoch_line(record, config))
         if world > 1: dist.barrier()
     return history[-1] if history else {}

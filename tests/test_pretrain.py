@@ -226,3 +226,49 @@ def test_cli_bank_precision_option(tmp_path):
     assert json.loads((tmp_path / "bf16" / "config.json").read_text())["bank_precision"] == "bf16"
     bad = cli("pretrain", *TINY, "--bank-precision", "fp16", "--out", str(tmp_path / "bad"))
     assert bad.returncode != 0 and "bank-precision" in bad.stderr
+
+
+# ---------------------------------------------------------------- hooks for the study: warm-up, sparse measuring, wall time, threads
+
+SMALL = dict(width=4, out_dim=16, knn_k=20, batch_size=64)
+
+
+def test_eval_every_measures_sparsely_and_trains_the_same_weights(tmp_path):
+    from ctl_explore.train import METRIC_KEYS
+    runs = {k: pretrain(PretrainConfig(epochs=3, eval_every=k, **SMALL), tmp_path / str(k), quiet=True) for k in (1, 2)}
+    every, sparse = (load_checkpoint(tmp_path / str(k) / "checkpoint.pt") for k in (1, 2))
+    assert [set(METRIC_KEYS) <= set(r) for r in sparse["history"]] == [False, True, True]  # epoch 2, and the last
+    assert not set(METRIC_KEYS) & set(sparse["history"][0])
+    assert runs[2] == sparse["history"][-1]
+    for key in every["model"]: assert torch.equal(every["model"][key], sparse["model"][key]), key
+    assert torch.equal(every["bank"]["features"], sparse["bank"]["features"])
+
+
+def test_wall_time_is_cumulative_over_sessions(tmp_path):
+    cfg = PretrainConfig(epochs=3, **SMALL)
+    pretrain(cfg, tmp_path, quiet=True, until_epoch=2)
+    first = load_checkpoint(tmp_path / "checkpoint.pt")
+    pretrain(cfg, tmp_path, quiet=True)
+    state = load_checkpoint(tmp_path / "checkpoint.pt")
+    walls = [r["wall_time_s"] for r in state["history"]]
+    assert walls[:2] == [r["wall_time_s"] for r in first["history"]]
+    assert walls[2] > walls[1] + state["history"][2]["epoch_time_s"]  # the second session adds its setup and epoch
+    assert state["wall_time_s"] == walls[-1] and walls[0] > state["history"][0]["epoch_time_s"]
+
+
+def test_warmup_schedule_is_used(tmp_path):
+    pretrain(PretrainConfig(epochs=3, warmup_epochs=2, lr=0.02, lr_drops=(0.9,), **SMALL), tmp_path, quiet=True)
+    lrs = [r["lr"] for r in load_checkpoint(tmp_path / "checkpoint.pt")["history"]]
+    assert lrs == pytest.approx([0.01, 0.02, 0.02])  # warm-up; the drop after 90% comes after the last epoch
+
+
+def test_threads_are_set_for_the_run_and_restored(tmp_path, monkeypatch):
+    from ctl_explore.train import threads_for
+    assert threads_for(PretrainConfig(device="cpu")) == 1 and threads_for(PretrainConfig(device="cpu", backbone="resnet18")) is None
+    seen, real = [], torch.set_num_threads
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: (seen.append(n), real(n)))
+    before = torch.get_num_threads()
+    pretrain(PretrainConfig(epochs=1, device="cpu", **SMALL), tmp_path / "auto", quiet=True)
+    pretrain(PretrainConfig(epochs=1, device="cpu", **SMALL), tmp_path / "two", quiet=True, threads=2)
+    assert seen == [1, before, 2, before] and torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="threads must be an integer >= 1"): pretrain(PretrainConfig(), tmp_path / "x", threads=0)
