@@ -19,10 +19,11 @@ from torch import Tensor
 from tqdm import tqdm
 
 # %% auto #0
-__all__ = ['IMAGENET100_CLASSES', 'DATASETS', 'NORMALIZATION', 'ImageData', 'stratified_split', 'DatasetNotFoundError',
-           'data_root', 'imagenet100_files', 'load_dataset', 'sample_crop_boxes', 'resized_crop', 'grayscale',
-           'hue_shift', 'adjust_color', 'gaussian_blur', 'image_stats', 'AugmentParams', 'augment_params', 'ViewDraws',
-           'sample_view', 'augment_view', 'TwoViewAugment', 'to_float']
+__all__ = ['IMAGENET100_CLASSES', 'EVAL_CROP_FRACTION', 'DATASETS', 'FULL_IMAGE_SIZE', 'NORMALIZATION', 'ImageData',
+           'stratified_split', 'DatasetNotFoundError', 'CorruptImageError', 'data_root', 'imagenet100_files',
+           'decode_image_file', 'FullImages', 'ImageFiles', 'load_dataset', 'sample_crop_boxes', 'resized_crop',
+           'grayscale', 'hue_shift', 'adjust_color', 'gaussian_blur', 'image_stats', 'AugmentParams', 'augment_params',
+           'ViewDraws', 'sample_view', 'augment_view', 'TwoViewAugment', 'to_float']
 
 # %% ../nbs/04_data.ipynb #9b3c1c68
 def _check_uint8_images(name: str, images) -> Tensor:
@@ -34,15 +35,17 @@ def _check_uint8_images(name: str, images) -> Tensor:
 
 @dataclass
 class ImageData:
-    "One split of a dataset: images uint8 [N, C, H, W], labels int64 [N], class names, dataset name."
-    images: Tensor
+    "One split of a dataset: images uint8 [N, C, H, W] (or `ImageFiles`, decoded batch by batch), labels int64 [N], class names, dataset name."
+    images: Tensor | ImageFiles
     labels: Tensor
     classes: list[str]
     name: str
     train: bool = True
 
     def __post_init__(self):
-        _check_uint8_images("images", self.images)
+        if isinstance(self.images, Tensor): _check_uint8_images("images", self.images)
+        elif not isinstance(self.images, ImageFiles):  # ImageFiles: the ImageNet section below
+            raise ValueError(f"images must be a uint8 tensor [N, C, H, W] or an ImageFiles, got {type(self.images).__name__}")
         if not isinstance(self.labels, Tensor) or self.labels.dtype != torch.int64 or self.labels.shape != (len(self.images),):
             raise ValueError(f"labels must be an int64 tensor of shape [{len(self.images)}], one per image")
         if len(self.labels) and not (0 <= int(self.labels.min()) and int(self.labels.max()) < len(self.classes)):
@@ -52,8 +55,9 @@ class ImageData:
 
     def __repr__(self) -> str:
         split = "train" if self.train else "test"
-        return (f"ImageData({self.name!r}, {split}: {len(self)} images {self.images.dtype} "
-                f"{list(self.images.shape)}, {len(self.classes)} classes, on {self.images.device})")
+        what = (f"images {self.images.dtype} {list(self.images.shape)}" if isinstance(self.images, Tensor)
+                else f"image files decoded on demand ({self.images.size}-px crops)")
+        return f"ImageData({self.name!r}, {split}: {len(self)} {what}, {len(self.classes)} classes, on {self.images.device})"
 
     def to(self, device) -> ImageData:
         "The same split with images and labels on `device` (the tensors are moved once, before training)."
@@ -90,6 +94,9 @@ def _load_digits(train: bool, image_size: int) -> ImageData:
 class DatasetNotFoundError(FileNotFoundError):
     "A dataset's files are not where the loader looked; the message says where it looked and how to get them."
 
+class CorruptImageError(DatasetNotFoundError):
+    "An image file of a dataset cannot be decoded; the message names the file. The dataset as found is unusable, hence a `DatasetNotFoundError`."
+
 def data_root() -> Path:
     "The default folder for datasets: $CTL_EXPLORE_DATA if set, else ~/.cache/ctl_explore/data."
     env = os.environ.get("CTL_EXPLORE_DATA")
@@ -119,6 +126,11 @@ def _load_torchvision(name: str, root: Path, train: bool, download: bool) -> Ima
     except RuntimeError as e:  # torchvision's checksum test failed
         raise DatasetNotFoundError(f"{name} in {root} failed torchvision's integrity check ({e}). Delete "
                                    f"{', '.join(files)} there and download again. {_how_to_download(name, root)}") from e
+    except OSError as e:  # no network, DNS failure, refused connection, HTTP error: urllib's URLError is an OSError
+        if not download: raise
+        reason = getattr(e, "reason", None) or e
+        raise DatasetNotFoundError(f"could not download {name} ({type(e).__name__}: {reason}); download it on a machine "
+                                   f"with a network and put it in {root} (torchvision reads {', '.join(files)} there)") from e
     images = torch.from_numpy(ds.data)  # a strided view: CIFAR's [N, H, W, C] array is a transpose of the stored [N, C, H, W]
     if name != "svhn": images = images.permute(0, 3, 1, 2)
     labels = torch.as_tensor(np.asarray(ds.labels if name == "svhn" else ds.targets), dtype=torch.int64)
@@ -184,23 +196,42 @@ def imagenet100_files(
 def _decode_square(path: Path, size: int) -> np.ndarray:
     "One image file -> uint8 [size, size, 3]: shorter side resized to `size`, centre square kept."
     from PIL import Image, ImageOps
-    with Image.open(path) as im:
-        im.draft("RGB", (size, size))  # JPEG: decode at a reduced scale that still covers size x size
-        im = ImageOps.fit(im.convert("RGB"), (size, size), method=Image.Resampling.BILINEAR)
+    try:
+        with Image.open(path) as im:
+            im.draft("RGB", (size, size))  # JPEG: decode at a reduced scale that still covers size x size
+            im = ImageOps.fit(im.convert("RGB"), (size, size), method=Image.Resampling.BILINEAR)
+    except Exception as e: raise _corrupt(path, e) from e  # PIL raises OSError, SyntaxError, ValueError, ... on bad files
     return np.array(im)  # a writable copy
+
+def _corrupt(path: Path, error: Exception) -> CorruptImageError:
+    return CorruptImageError(f"cannot decode the image file {path} ({type(error).__name__}: {error}). "
+                             "Replace it (extract it again from the archive it came from) or delete it.")
+
+def _decode_every(files: Sequence[Path], work, num_workers: int | None, progress: bool, desc: str) -> None:
+    "Run work(i) for every file on a thread pool; a `CorruptImageError` naming the undecodable files, if any, at the end."
+    failed = []
+    def guarded(i: int) -> None:
+        try: work(i)
+        except CorruptImageError as e: failed.append((i, e))
+    with ThreadPoolExecutor(num_workers or min(8, os.cpu_count() or 1)) as pool:
+        for _ in tqdm(pool.map(guarded, range(len(files))), total=len(files), disable=not progress, desc=desc, unit="img"):
+            pass
+    if failed:
+        failed.sort(key=lambda f: f[0])
+        names = ", ".join(str(files[i]) for i, _ in failed[:5]) + (", ..." if len(failed) > 5 else "")
+        raise CorruptImageError(f"{len(failed)} of {len(files)} image files cannot be decoded: {names}. "
+                                f"The first: {failed[0][1]}") from failed[0][1]
 
 def _decode_all(files: Sequence[Path], size: int, num_workers: int | None, progress: bool) -> Tensor:
     images = torch.empty(len(files), 3, size, size, dtype=torch.uint8)
     def work(i: int) -> None: images[i] = torch.from_numpy(_decode_square(files[i], size)).permute(2, 0, 1)
-    workers = num_workers or min(8, os.cpu_count() or 1)
-    with ThreadPoolExecutor(workers) as pool:
-        for _ in tqdm(pool.map(work, range(len(files))), total=len(files), disable=not progress,
-                      desc=f"decoding {len(files)} images to {size}x{size}", unit="img"):
-            pass
+    _decode_every(files, work, num_workers, progress, f"decoding {len(files)} images to {size}x{size}")
     return images
 
-def _load_imagenet100(root: Path, train: bool, image_size: int, classes, max_per_class, num_workers, cache_dir, progress) -> ImageData:
+def _load_imagenet100(root: Path, train: bool, image_size: int, classes, max_per_class, num_workers, cache_dir, progress,
+                      full_images: bool = False) -> ImageData:
     files, labels, wnids = imagenet100_files(root, train, classes, max_per_class)
+    if full_images: return ImageData(ImageFiles(files, image_size, num_workers=num_workers), labels, wnids, "imagenet100", train)
     key = hashlib.sha1("\n".join([str(image_size)] + [str(f.relative_to(root)) for f in files]).encode()).hexdigest()[:16]
     cache = Path(cache_dir).expanduser() / f"imagenet100_{'train' if train else 'val'}_{image_size}px_{key}.pt" if cache_dir else None
     if cache is not None and cache.is_file():
@@ -212,37 +243,192 @@ def _load_imagenet100(root: Path, train: bool, image_size: int, classes, max_per
             torch.save(images, cache.with_suffix(".tmp")); cache.with_suffix(".tmp").replace(cache)
     return ImageData(images, labels, wnids, "imagenet100", train)
 
+# %% ../nbs/04_data.ipynb #e75eac83
+EVAL_CROP_FRACTION = 224 / 256  # the standard ImageNet evaluation: shorter side to 256, the central 224 x 224 kept
+
+def decode_image_file(path: str | Path) -> np.ndarray:
+    "One image file at full resolution as uint8 [H, W, 3] (greyscale, CMYK and palette images converted to RGB)."
+    from PIL import Image
+    try:
+        with Image.open(path) as im: return np.array(im.convert("RGB"))
+    except Exception as e: raise _corrupt(Path(path), e) from e
+
+class FullImages:
+    "A batch of decoded images, each at its own size: uint8 tensors [C, H_i, W_i] on one device, and the side of the crops made from them."
+    def __init__(self, images: Sequence[Tensor], size: int, crop_fraction: float = EVAL_CROP_FRACTION):
+        images = list(images)
+        if not images: raise ValueError("images must hold at least one image")
+        for i, im in enumerate(images):
+            if not isinstance(im, Tensor) or im.dtype != torch.uint8 or im.ndim != 3:
+                raise ValueError(f"images must be uint8 tensors [C, H, W], got {getattr(im, 'dtype', type(im).__name__)} "
+                                 f"{tuple(getattr(im, 'shape', ()))} at position {i}")
+        if len({(im.shape[0], im.device) for im in images}) != 1:
+            raise ValueError("images must all have the same number of channels and lie on the same device")
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1: raise ValueError(f"size must be an integer >= 1, got {size!r}")
+        if not (isinstance(crop_fraction, (int, float)) and 0 < crop_fraction <= 1):
+            raise ValueError(f"crop_fraction must lie in (0, 1], got {crop_fraction!r}")
+        self.images, self.size, self.crop_fraction = images, size, crop_fraction
+
+    def __len__(self) -> int: return len(self.images)
+    def __getitem__(self, index: int | slice) -> Tensor | FullImages:
+        "Image `index` as uint8 [C, H, W], or a slice of the batch as a FullImages."
+        if isinstance(index, slice): return FullImages(self.images[index], self.size, self.crop_fraction)
+        return self.images[index]
+    @property
+    def channels(self) -> int: return self.images[0].shape[0]
+    @property
+    def device(self) -> torch.device: return self.images[0].device
+    @property
+    def shape(self) -> tuple: return (len(self), self.channels, None, None)  # heights and widths differ
+    @property
+    def heights(self) -> Tensor: return torch.tensor([im.shape[1] for im in self.images])
+    @property
+    def widths(self) -> Tensor: return torch.tensor([im.shape[2] for im in self.images])
+    def __repr__(self) -> str:
+        sizes = ", ".join(f"{im.shape[2]}x{im.shape[1]}" for im in self.images[:4]) + (", ..." if len(self) > 4 else "")
+        return f"FullImages({len(self)} images ({sizes}), {self.size}-px crops, on {self.device})"
+
+# %% ../nbs/04_data.ipynb #58d8a292
+@patch
+def center_crop(self: FullImages, size: int | None = None) -> Tensor:
+    "The evaluation view: shorter side resized to size / crop_fraction (256 for 224), the central size x size kept: uint8 [N, C, size, size]."
+    size = size or self.size
+    short = round(size / self.crop_fraction)
+    out = torch.empty(len(self), self.channels, size, size, dtype=torch.uint8, device=self.device)
+    for i, im in enumerate(self.images):
+        height, width = im.shape[1:]
+        # as torchvision's Resize(short): the shorter side becomes `short`, the longer one is scaled and truncated
+        new = (short, int(short * width / height)) if height <= width else (int(short * height / width), short)
+        x = F.interpolate(im[None].float(), size=new, mode="bilinear", align_corners=False, antialias=True)[0]
+        top, left = int(round((new[0] - size) / 2)), int(round((new[1] - size) / 2))
+        out[i] = x[:, top:top + size, left:left + size].round_().clamp_(0, 255).to(torch.uint8)
+    return out
+
+# %% ../nbs/04_data.ipynb #1371ab3b
+class ImageFiles:
+    "A split's image files, decoded batch by batch at full resolution: `files[idx]` -> `FullImages` on `device`."
+    dtype = torch.uint8
+
+    def __init__(
+        self,
+        files: Sequence[str | Path],            # the image files, in label order
+        size: int = 224,                        # side of the crops (training views and evaluation centre crops)
+        device: str | torch.device = "cpu",     # where decoded batches go
+        num_workers: int | None = None,         # decoding threads (default min(8, CPUs))
+        crop_fraction: float = EVAL_CROP_FRACTION, # evaluation: shorter side to size / crop_fraction, centre crop
+    ):
+        self.files = [Path(f) for f in files]
+        if not self.files: raise ValueError("files must list at least one image file")
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1: raise ValueError(f"size must be an integer >= 1, got {size!r}")
+        if num_workers is not None and (isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1):
+            raise ValueError(f"num_workers must be an integer >= 1 or None, got {num_workers!r}")
+        self.size, self.device, self.num_workers, self.crop_fraction = size, torch.device(device), num_workers, crop_fraction
+        self._pool = self._background = None  # thread pools, made on first use
+        self._pending = None                  # (positions, future) of a prefetched batch
+
+    def __len__(self) -> int: return len(self.files)
+    @property
+    def shape(self) -> tuple: return (len(self), 3, None, None)  # heights and widths differ from file to file
+    def __repr__(self) -> str: return f"ImageFiles({len(self)} files, {self.size}-px crops, decoded to {self.device})"
+
+    def to(self, device) -> ImageFiles:
+        "The same files, decoded to `device`."
+        return ImageFiles(self.files, self.size, device, self.num_workers, self.crop_fraction)
+
+# %% ../nbs/04_data.ipynb #11213c79
+def _indices(index, n: int) -> list[int]:
+    "A batch index (integer tensor, sequence of ints, or slice) as a list of positions in [0, n)."
+    if isinstance(index, slice): return list(range(n))[index]
+    if isinstance(index, Tensor):
+        if index.is_floating_point() or index.dtype == torch.bool or index.ndim != 1:
+            raise ValueError(f"index must be a 1-D integer tensor, got {index.dtype} {tuple(index.shape)}")
+        index = index.tolist()
+    positions = [int(i) for i in index]
+    bad = [i for i in positions if not -n <= i < n]
+    if bad: raise IndexError(f"index {bad[0]} is out of range for {n} image files")
+    return [i % n for i in positions]
+
+@patch
+def _start_pools(self: ImageFiles) -> None:
+    "The decoding threads, and one thread that runs a prefetched batch's decoding in the background."
+    if self._pool is None: self._pool = ThreadPoolExecutor(self.num_workers or min(8, os.cpu_count() or 1))
+    if self._background is None: self._background = ThreadPoolExecutor(1)
+
+@patch
+def _decode(self: ImageFiles, positions: list[int]) -> FullImages:
+    arrays = list(self._pool.map(lambda i: decode_image_file(self.files[i]), positions))
+    if self.device.type == "cpu":
+        images = [torch.from_numpy(a).permute(2, 0, 1) for a in arrays]
+    else:  # one pinned buffer, one copy to the device, then a view per image
+        flat = torch.empty(sum(a.size for a in arrays), dtype=torch.uint8, pin_memory=True)
+        offsets = np.cumsum([0] + [a.size for a in arrays])
+        for a, o in zip(arrays, offsets): flat[o:o + a.size] = torch.from_numpy(a.reshape(-1))
+        flat = flat.to(self.device, non_blocking=True)
+        images = [flat[o:o + a.size].view(a.shape).permute(2, 0, 1) for a, o in zip(arrays, offsets)]
+    return FullImages(images, self.size, self.crop_fraction)
+
+@patch
+def __getitem__(self: ImageFiles, index) -> Tensor | FullImages:
+    "Image `index` as uint8 [3, H, W], or a batch (integer tensor, sequence, slice) as `FullImages` on `self.device`."
+    if isinstance(index, int) or (isinstance(index, Tensor) and index.ndim == 0):
+        return self[[int(index)]][0]
+    positions = _indices(index, len(self))
+    self._start_pools()
+    if self._pending is not None and self._pending[0] == positions:
+        future, self._pending = self._pending[1], None
+        return future.result()
+    return self._decode(positions)
+
+@patch
+def prefetch(self: ImageFiles, index) -> None:
+    "Start decoding the batch `index` in the background; the next `self[index]` with the same indices returns it."
+    positions = _indices(index, len(self))
+    self._start_pools()
+    self._pending = (positions, self._background.submit(self._decode, positions))
+
+@patch
+def verify(self: ImageFiles, progress: bool = True) -> None:
+    "Decode every file once: a `CorruptImageError` naming the files that cannot be decoded (before a long run finds them)."
+    _decode_every(self.files, lambda i: decode_image_file(self.files[i]), self.num_workers, progress,
+                  f"checking {len(self)} image files")
+
 # %% ../nbs/04_data.ipynb #eb72ee6e
 DATASETS = ("digits", "cifar10", "cifar100", "svhn", "imagenet100")
 _DEFAULT_SIZE = {"digits": 16, "cifar10": 32, "cifar100": 32, "svhn": 32, "imagenet100": 64}
+FULL_IMAGE_SIZE = 224  # ImageNet100 with full_images=True: [WL21]'s crop side
 
 def load_dataset(
     name: str,                              # one of DATASETS
     root: str | Path | None = None,         # where the files are: default data_root() (imagenet100: data_root()/"imagenet")
     train: bool = True,                     # the training split, else the test split (ImageNet100: val)
     download: bool = False,                 # cifar10, cifar100, svhn: download into root if missing
-    image_size: int | None = None,          # side of the returned images; default 16 digits, 32 CIFAR/SVHN, 64 ImageNet100
+    image_size: int | None = None,          # side of the returned images; default 16 digits, 32 CIFAR/SVHN, 64 ImageNet100 (224 with full_images)
     device: str | torch.device | None = None, # move images and labels there
     classes: Sequence[str] | None = None,   # imagenet100 only: a subset of IMAGENET100_CLASSES
     max_per_class: int | None = None,       # imagenet100 only: at most this many images per class
     num_workers: int | None = None,         # imagenet100 only: decoding threads (default min(8, CPUs))
     cache_dir: str | Path | None = None,    # imagenet100 only: keep the decoded tensor there and reuse it
     progress: bool = True,                  # imagenet100 only: a progress bar while decoding
+    full_images: bool = False,              # imagenet100 only: keep the files, decode each batch at full resolution ([WL21]'s protocol)
 ) -> ImageData:
-    "A dataset split as an ImageData: images uint8 [N, C, image_size, image_size], labels int64 [N]."
+    "A dataset split as an ImageData: images uint8 [N, C, image_size, image_size] (with full_images, an `ImageFiles`), labels int64 [N]."
     if name not in DATASETS: raise ValueError(f"name must be one of {DATASETS}, got {name!r}")
-    size = _DEFAULT_SIZE[name] if image_size is None else image_size
+    if not isinstance(full_images, bool): raise ValueError(f"full_images must be True or False, got {full_images!r}")
+    size = (FULL_IMAGE_SIZE if full_images else _DEFAULT_SIZE[name]) if image_size is None else image_size
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise ValueError(f"image_size must be an integer >= 1 or None, got {image_size!r}")
     if name != "imagenet100":
-        extra = dict(classes=classes, max_per_class=max_per_class, num_workers=num_workers, cache_dir=cache_dir)
+        extra = dict(classes=classes, max_per_class=max_per_class, num_workers=num_workers, cache_dir=cache_dir,
+                     full_images=full_images or None)
         given = [k for k, v in extra.items() if v is not None]
         if given: raise ValueError(f"{', '.join(given)} only apply to imagenet100, not {name!r}")
+    if full_images and cache_dir is not None:
+        raise ValueError("cache_dir does not apply with full_images=True: the files are decoded batch by batch, nothing is cached")
     if name == "digits":
         data = _load_digits(train, size)
     elif name == "imagenet100":
         root = Path(root).expanduser() if root is not None else data_root() / "imagenet"
-        data = _load_imagenet100(root, train, size, classes, max_per_class, num_workers, cache_dir, progress)
+        data = _load_imagenet100(root, train, size, classes, max_per_class, num_workers, cache_dir, progress, full_images)
     else:
         data = _load_torchvision(name, Path(root).expanduser() if root is not None else data_root(), train, download)
         data = replace(data, images=_resize_uint8(data.images, size))
@@ -268,34 +454,44 @@ def _uniform(shape: tuple, generator: torch.Generator | None) -> Tensor:
     device = generator.device if generator is not None else torch.device("cpu")
     return torch.rand(shape, generator=generator, device=device)
 
+def _check_sides(name: str, v, n: int) -> None:
+    if isinstance(v, Tensor):
+        if v.shape != (n,) or v.is_floating_point() or v.dtype == torch.bool or int(v.min()) < 1:
+            raise ValueError(f"{name} must be an integer >= 1, or an integer tensor of shape [{n}] (one per image) with values >= 1, "
+                             f"got {v.dtype} {tuple(v.shape)}")
+    elif isinstance(v, bool) or not isinstance(v, int) or v < 1: raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+
 def sample_crop_boxes(
-    n: int, height: int, width: int,          # number of images and their size in pixels
+    n: int,                                   # number of images
+    height: int | Tensor, width: int | Tensor,# their size in pixels: one for all, or integer tensors [n], one per image
     scale: tuple[float, float] = (0.2, 1.0),  # range of the box's area as a fraction of the image's
     ratio: tuple[float, float] = (3 / 4, 4 / 3), # range of the box's aspect ratio width / height
     generator: torch.Generator | None = None,
     tries: int = 10,
 ) -> Tensor:
     "Random crop boxes [n, 4] as (top, left, height, width) in pixels, drawn like torchvision's RandomResizedCrop."
-    for name, v in (("n", n), ("height", height), ("width", width)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1: raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1: raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    _check_sides("height", height, n); _check_sides("width", width, n)
     _check_range("scale", scale, 1e-6, 1.0); _check_range("ratio", ratio, 1e-6, math.inf)
     u = _uniform((n, tries, 2), generator)
     v = _uniform((n, 2), generator)
-    area = height * width * (scale[0] + (scale[1] - scale[0]) * u[..., 0])
+    H = torch.as_tensor(height, dtype=torch.float32, device=u.device).reshape(-1, 1)  # [1, 1], or [n, 1] per image
+    W = torch.as_tensor(width, dtype=torch.float32, device=u.device).reshape(-1, 1)
+    area = H * W * (scale[0] + (scale[1] - scale[0]) * u[..., 0])
     log_lo, log_hi = math.log(ratio[0]), math.log(ratio[1])
     aspect = torch.exp(log_lo + (log_hi - log_lo) * u[..., 1])
     w, h = (area * aspect).sqrt(), (area / aspect).sqrt()
-    fits = (w <= width) & (h <= height)
+    fits = (w <= W) & (h <= H)
     first = fits.to(torch.uint8).argmax(dim=1, keepdim=True)  # the first try that fits (0 if none does)
     found = fits.any(dim=1)
     w, h = w.gather(1, first)[:, 0], h.gather(1, first)[:, 0]
     # fallback, as torchvision: the whole image, cut to the nearest allowed aspect ratio, centred
-    fw, fh = float(width), float(height)
-    if width / height < ratio[0]: fh = width / ratio[0]
-    elif width / height > ratio[1]: fw = height * ratio[1]
-    h, w = torch.where(found, h, torch.full_like(h, fh)), torch.where(found, w, torch.full_like(w, fw))
+    H, W = H[:, 0], W[:, 0]
+    fh = torch.where(W / H < ratio[0], W / ratio[0], H)
+    fw = torch.where(W / H > ratio[1], H * ratio[1], W)
+    h, w = torch.where(found, h, fh), torch.where(found, w, fw)
     pos = torch.where(found[:, None], v, torch.full_like(v, 0.5))
-    return torch.stack([(height - h) * pos[:, 0], (width - w) * pos[:, 1], h, w], dim=1)
+    return torch.stack([(H - h) * pos[:, 0], (W - w) * pos[:, 1], h, w], dim=1)
 
 # %% ../nbs/04_data.ipynb #18c89f84
 def _crop_grid(boxes: Tensor, flip: Tensor, angle: Tensor | None, height: int, width: int, size: int) -> Tensor:
@@ -333,6 +529,29 @@ def resized_crop(
     angle = None if angle is None else angle.to(x.device, torch.float32)
     grid = _crop_grid(boxes, flip, angle, height, width, size).to(x.dtype)
     return F.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)
+
+# %% ../nbs/04_data.ipynb #0f851fde
+@patch
+def resized_crops(self: FullImages, boxes: Tensor, size: int | None = None, flip: Tensor | None = None,
+                  angle: Tensor | None = None) -> Tensor:
+    "Box i [N, 4] (top, left, height, width) of image i, resized to size x size and mirrored where `flip`: float [N, C, size, size], values 0..255."
+    n, size = len(self), size or self.size
+    if not isinstance(boxes, Tensor) or boxes.shape != (n, 4): raise ValueError(f"boxes must be a tensor of shape [{n}, 4]")
+    _check_per_image("flip", flip, n); _check_per_image("angle", angle, n)
+    flips = [False] * n if flip is None else flip.tolist()
+    out = torch.empty(n, self.channels, size, size, device=self.device)
+    for i, (im, (top, left, h, w)) in enumerate(zip(self.images, boxes.tolist())):
+        if angle is not None:  # rotations (not in any ImageNet recipe) go through the sampling grid of `resized_crop`
+            one = lambda t: t[i:i + 1].to(self.device)
+            out[i] = resized_crop(im[None].float(), one(boxes), size, one(flip) if flip is not None else None, one(angle))[0]
+            continue
+        height, width = im.shape[1:]
+        h, w = min(max(round(h), 1), height), min(max(round(w), 1), width)
+        top, left = min(max(round(top), 0), height - h), min(max(round(left), 0), width - w)
+        crop = F.interpolate(im[None, :, top:top + h, left:left + w].float(), size=(size, size), mode="bilinear",
+                             align_corners=False, antialias=True)[0]
+        out[i] = crop.flip(-1) if flips[i] else crop
+    return out
 
 # %% ../nbs/04_data.ipynb #1869c3f2
 _GREY = (0.2989, 0.587, 0.114)  # ITU-R 601 luma weights, as torchvision's rgb_to_grayscale
@@ -491,8 +710,11 @@ class ViewDraws:
     def __getitem__(self, index) -> ViewDraws: return ViewDraws(*(getattr(self, f.name)[index] for f in fields(self)))
     def to(self, device) -> ViewDraws: return ViewDraws(*(getattr(self, f.name).to(device) for f in fields(self)))
 
-def sample_view(params: AugmentParams, n: int, height: int, width: int, generator: torch.Generator | None = None) -> ViewDraws:
-    "Draw the random numbers of one view of n images of height x width (on the generator's device)."
+def sample_view(params: AugmentParams, n: int, height: int | Tensor, width: int | Tensor,
+                generator: torch.Generator | None = None) -> ViewDraws:
+    "Draw the random numbers of one view of n images of height x width, one size for all or [n] each (on the generator's device)."
+    if params.size is None and isinstance(height, Tensor):
+        raise ValueError("params.size must be set when the images differ in size (height and width given per image)")
     boxes = sample_crop_boxes(n, height, width, params.crop_scale, params.crop_ratio, generator)
     u = _uniform((n, 10), generator)
     jitter = (u[:, 2] < params.jitter_p).to(u.dtype)
@@ -513,30 +735,34 @@ def _blur_kernel_size(params: AugmentParams, size: int) -> int:
     return 2 * max(radius, 0) + 1
 
 def augment_view(
-    images: Tensor,                   # [N, C, H, W] uint8, on the device that trains
+    images: Tensor | FullImages,      # [N, C, H, W] uint8 on the device that trains, or full-resolution images there
     params: AugmentParams,
-    draws: ViewDraws,                 # from sample_view(params, N, H, W, ...)
+    draws: ViewDraws,                 # from sample_view(params, N, H, W, ...) (FullImages: the per-image heights and widths)
     dtype: torch.dtype = torch.float32,
     chunk_size: int | None = None,    # images processed at once; default 2^17 output pixels' worth on a CPU, all on a GPU
 ) -> Tensor:
     "One augmented view of the images: [N, C, size, size] float, normalised with params.mean and params.std."
-    _check_uint8_images("images", images)
-    n, c, height, width = images.shape
+    full = isinstance(images, FullImages)
+    if full: n, c, height = len(images), images.channels, images.size
+    else: n, c, height, _ = _check_uint8_images("images", images).shape
     if len(params.mean) != c: raise ValueError(f"params.mean has {len(params.mean)} channels but images have {c}")
     if len(draws) != n: raise ValueError(f"draws holds {len(draws)} images but images has {n}")
+    device = images.device
     size = params.size or height
-    chunk = chunk_size or (max(1, 2**17 // (size * size)) if images.device.type == "cpu" else n)
-    draws = draws.to(images.device)
-    inv_std = 1 / torch.tensor(params.std, device=images.device).view(1, c, 1, 1)
-    shift = -torch.tensor(params.mean, device=images.device).view(1, c, 1, 1) * inv_std
+    chunk = chunk_size or (max(1, 2**17 // (size * size)) if device.type == "cpu" else n)
+    draws = draws.to(device)
+    inv_std = 1 / torch.tensor(params.std, device=device).view(1, c, 1, 1)
+    shift = -torch.tensor(params.mean, device=device).view(1, c, 1, 1) * inv_std
     jitter = params.jitter_p > 0
     kernel = _blur_kernel_size(params, size)
     # brightness and the scaling from 0..255 to [0, 1] are one multiplication (the crop is linear, so it can go first)
     scale = draws.brightness / 255
-    out = torch.empty(n, c, size, size, dtype=dtype, device=images.device)
+    out = torch.empty(n, c, size, size, dtype=dtype, device=device)
     for start in range(0, n, chunk):
         d = draws[start:start + chunk]
-        x = resized_crop(images[start:start + chunk].float(), d.boxes, size, d.flip, d.angle if params.max_rotation > 0 else None)
+        angle = d.angle if params.max_rotation > 0 else None
+        if full: x = images[start:start + chunk].resized_crops(d.boxes, size, d.flip, angle)
+        else: x = resized_crop(images[start:start + chunk].float(), d.boxes, size, d.flip, angle)
         x = x.mul_(scale[start:start + chunk].view(-1, 1, 1, 1)).clamp_(0, 1)
         if jitter:
             x = adjust_color(x, None, d.contrast if params.contrast else None,
@@ -559,27 +785,31 @@ class TwoViewAugment:
 
 # %% ../nbs/04_data.ipynb #c87a35be
 @patch
-def view(self: TwoViewAugment, images: Tensor, generator: torch.Generator | None = None,
+def view(self: TwoViewAugment, images: Tensor | FullImages, generator: torch.Generator | None = None,
          dtype: torch.dtype = torch.float32) -> Tensor:
-    "One augmented view [N, C, size, size] of uint8 images [N, C, H, W]."
+    "One augmented view [N, C, size, size] of uint8 images [N, C, H, W], or of full-resolution `FullImages` (size: params.size, else the batch's)."
+    if isinstance(images, FullImages):
+        params = self.params if self.params.size else replace(self.params, size=images.size)
+        return augment_view(images, params, sample_view(params, len(images), images.heights, images.widths, generator), dtype)
     _check_uint8_images("images", images)
     n, _, height, width = images.shape
     return augment_view(images, self.params, sample_view(self.params, n, height, width, generator), dtype)
 
 @patch
-def __call__(self: TwoViewAugment, images: Tensor, generator: torch.Generator | None = None,
+def __call__(self: TwoViewAugment, images: Tensor | FullImages, generator: torch.Generator | None = None,
              dtype: torch.dtype = torch.float32) -> tuple[Tensor, Tensor]:
-    "Two views (v1, v2) of uint8 images [N, C, H, W], each [N, C, size, size] float and normalised."
+    "Two views (v1, v2) of uint8 images [N, C, H, W] (or `FullImages`), each [N, C, size, size] float and normalised."
     return self.view(images, generator, dtype), self.view(images, generator, dtype)
 
 # %% ../nbs/04_data.ipynb #dba827ec
 def to_float(
-    images: Tensor,                        # [N, C, H, W] uint8
+    images: Tensor | FullImages,           # [N, C, H, W] uint8, or full-resolution images (evaluation transform first)
     mean: Sequence[float] | None = None,   # per-channel mean; None: leave the values in [0, 1]
     std: Sequence[float] | None = None,    # per-channel standard deviation
     dtype: torch.dtype = torch.float32,
 ) -> Tensor:
     "uint8 images as floats [N, C, H, W]: in [0, 1], or normalised (x - mean) / std per channel when mean and std are given."
+    if isinstance(images, FullImages): images = images.center_crop()  # resize to 256, the central 224 (for 224-px crops)
     _check_uint8_images("images", images)
     x = images.to(dtype).div_(255)
     if (mean is None) != (std is None): raise ValueError("mean and std must be given together")

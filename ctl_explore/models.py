@@ -12,7 +12,8 @@ import torchvision
 from torch import Tensor
 
 # %% auto #0
-__all__ = ['NORMS', 'HEADS', 'BACKBONES', 'SmallConvNet', 'resnet18_cifar', 'resnet50', 'Encoder', 'build_encoder']
+__all__ = ['NORMS', 'STEMS', 'HEADS', 'BACKBONES', 'DEFAULT_STEMS', 'SmallConvNet', 'resnet', 'resnet18_cifar', 'resnet50',
+           'Encoder', 'build_encoder']
 
 # %% ../nbs/05_models.ipynb #1e8d05e2
 NORMS = ("batch", "group")
@@ -47,24 +48,30 @@ class SmallConvNet(nn.Module):
     def forward(self, x: Tensor) -> Tensor: return self.layers(x)
 
 # %% ../nbs/05_models.ipynb #56037028
-def resnet18_cifar(in_channels: int = 3) -> nn.Module:
-    "torchvision's ResNet18 with a 3×3 stride-1 stem and no max-pool, for 32×32 images: -> [N, 512] features."
+STEMS = ("cifar", "imagenet")
+
+def resnet(depth: int = 18, in_channels: int = 3, stem: str = "imagenet") -> nn.Module:
+    "torchvision's ResNet18 or ResNet50, untrained, without its classifier: -> [N, 512] or [N, 2048] features."
+    if depth not in (18, 50): raise ValueError(f"depth must be 18 or 50, got {depth!r}")
     _check_int("in_channels", in_channels)
-    net = torchvision.models.resnet18(weights=None)
-    net.conv1 = nn.Conv2d(in_channels, 64, kernel_size=3, stride=1, padding=1, bias=False)
-    net.maxpool = nn.Identity()
+    if stem not in STEMS: raise ValueError(f"stem must be one of {STEMS}, got {stem!r}")
+    net = (torchvision.models.resnet18 if depth == 18 else torchvision.models.resnet50)(weights=None)
+    if stem == "cifar":  # 3x3 stride-1 convolution, no max-pool: full resolution into the first stage
+        net.conv1 = nn.Conv2d(in_channels, 64, kernel_size=3, stride=1, padding=1, bias=False)
+        net.maxpool = nn.Identity()
+    elif in_channels != 3:  # the ImageNet stem (7x7 stride 2, then max-pool) for another number of channels
+        net.conv1 = nn.Conv2d(in_channels, 64, kernel_size=7, stride=2, padding=3, bias=False)
     net.fc = nn.Identity()
-    net.feature_dim = 512
+    net.feature_dim, net.stem = (512 if depth == 18 else 2048), stem
     return net
 
-def resnet50(in_channels: int = 3) -> nn.Module:
-    "torchvision's ResNet50 (ImageNet stem), untrained, without its classifier: -> [N, 2048] features."
-    _check_int("in_channels", in_channels)
-    net = torchvision.models.resnet50(weights=None)
-    if in_channels != 3: net.conv1 = nn.Conv2d(in_channels, 64, kernel_size=7, stride=2, padding=3, bias=False)
-    net.fc = nn.Identity()
-    net.feature_dim = 2048
-    return net
+def resnet18_cifar(in_channels: int = 3) -> nn.Module:
+    "torchvision's ResNet18 with a 3×3 stride-1 stem and no max-pool, for 32×32 images: -> [N, 512] features."
+    return resnet(18, in_channels, "cifar")
+
+def resnet50(in_channels: int = 3, stem: str = "imagenet") -> nn.Module:
+    "torchvision's ResNet50 (by default with its ImageNet stem: 7×7 stride-2 convolution and max-pool), untrained, without its classifier: -> [N, 2048] features."
+    return resnet(50, in_channels, stem)
 
 # %% ../nbs/05_models.ipynb #f3deeb3b
 HEADS = ("linear", "mlp")
@@ -96,6 +103,7 @@ class Encoder(nn.Module):
 
 # %% ../nbs/05_models.ipynb #00ddc250
 BACKBONES = ("convnet", "resnet18", "resnet50")
+DEFAULT_STEMS = {"resnet18": "cifar", "resnet50": "imagenet"}  # [WL21]: ResNet18 on 32x32 images, ResNet50 on ImageNet100
 
 def build_encoder(
     backbone: str = "convnet", # one of `BACKBONES`
@@ -105,10 +113,12 @@ def build_encoder(
     width: int = 32,           # SmallConvNet's base width (ignored by the ResNets)
     norm: str = "batch",       # SmallConvNet's normalisation, "batch" or "group" (the ResNets use batch norm)
     hidden_dim: int | None = None, # hidden size of the mlp head (default: the backbone's feature size)
+    stem: str | None = None,   # the ResNets' stem, one of `STEMS`; default DEFAULT_STEMS[backbone] (the paper's)
 ) -> Encoder:
     "An `Encoder` with the named backbone."
+    if backbone not in BACKBONES: raise ValueError(f"backbone must be one of {BACKBONES}, got {backbone!r}")
+    if stem is not None and backbone == "convnet":
+        raise ValueError(f"stem applies to the ResNets only ({', '.join(DEFAULT_STEMS)}), not to {backbone!r}")
     if backbone == "convnet": net = SmallConvNet(in_channels, width, norm)
-    elif backbone == "resnet18": net = resnet18_cifar(in_channels)
-    elif backbone == "resnet50": net = resnet50(in_channels)
-    else: raise ValueError(f"backbone must be one of {BACKBONES}, got {backbone!r}")
+    else: net = resnet(18 if backbone == "resnet18" else 50, in_channels, stem or DEFAULT_STEMS[backbone])
     return Encoder(net, out_dim=out_dim, head=head, hidden_dim=hidden_dim)
