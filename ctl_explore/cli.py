@@ -14,7 +14,8 @@ from pathlib import Path
 from .data import DATASETS
 from .losses import FEATURE_LOSS_NAMES, LOSS_NAMES
 from .models import BACKBONES, HEADS, NORMS
-from .train import NEGATIVES, PRECISIONS, PRETRAIN_LOSSES, CheckpointError, PretrainConfig
+from .train import (NEGATIVES, PRECISIONS, PRETRAIN_LOSSES, CheckpointError, PretrainConfig, RunFolderError,
+                               TrainingDivergedError, TrainingInterrupted)
 
 # %% auto #0
 __all__ = ['PRETRAIN_HELP', 'build_parser', 'main']
@@ -67,6 +68,11 @@ def _add_config_options(parser: argparse.ArgumentParser, cls, helps: dict) -> No
             parser.add_argument(flag, type=kind, choices=_CHOICES.get(f.name), **kw)
 
 # %% ../nbs/90_cli.ipynb #3a8f107c
+def _folder(text: str) -> Path:
+    "An --out value: a folder's name, never the empty string (which would mean the current folder)."
+    if not text.strip(): raise argparse.ArgumentTypeError("must name a folder, not an empty string")
+    return Path(text)
+
 def build_parser() -> argparse.ArgumentParser:
     "The `ctl-explore` argument parser with its subcommands."
     from ctl_explore.linear_eval import LinearEvalConfig
@@ -85,7 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--quiet", action="store_true", help="no progress bar")
     p = sub.add_parser("pretrain", help="pretrain an encoder with a contrastive loss", description=
                        "Pretrain an encoder as in [WL21] into --out; run it again to resume from its checkpoint.")
-    p.add_argument("--out", required=True, type=Path, help="run folder (config.json, metrics.jsonl, checkpoint.pt)")
+    p.add_argument("--out", required=True, type=_folder, help="run folder (config.json, metrics.jsonl, checkpoint.pt): new, "
+                   "empty, or one of pretrain's own; one writer at a time")
     p.add_argument("--restart", action="store_true", help="start over, replacing the folder's checkpoint")
     p.add_argument("--quiet", action="store_true", help="no progress bars or per-epoch lines")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: 1 for the convnet on the CPU, where more "
@@ -102,6 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 # %% ../nbs/90_cli.ipynb #f9884d87
+def _sentence(e: BaseException) -> str:
+    "An error as the one or two sentences a person reads: an OSError as 'file: what happened', anything else as its message."
+    if isinstance(e, OSError) and e.strerror and not (e.args and isinstance(e.args[0], str)):
+        return f"{e.filename}: {e.strerror}" if e.filename else e.strerror
+    return str(e) or type(e).__name__
+
 def main(argv: list[str] | None = None) -> int:
     "Entry point of the `ctl-explore` command."
     from ctl_explore.data import DatasetNotFoundError
@@ -126,10 +139,14 @@ def main(argv: list[str] | None = None) -> int:
             run, random_init, device = args.pop("run"), args.pop("random_init"), args.pop("device")
             result = linear_eval(run, LinearEvalConfig(**args), random_init=random_init, device=device)
             print(json.dumps({"run": str(run), "top1": result["top1"], "random_init": random_init}))
-    except ValueError as e:
+    except KeyboardInterrupt as e:  # Ctrl-C: where it stopped, and how to go on; no traceback
+        said = str(e) if isinstance(e, TrainingInterrupted) else "interrupted; run the same command to resume"
+        print(f"ctl-explore: {said}", file=sys.stderr)
+        return 130
+    except ValueError as e:  # a value the options describe is wrong: a usage error (exit status 2)
         parser.error(str(e))
-    except (CheckpointError, FileNotFoundError, DatasetNotFoundError) as e:
-        print(f"ctl-explore: error: {e}", file=sys.stderr)
+    except (CheckpointError, RunFolderError, TrainingDivergedError, DatasetNotFoundError, OSError) as e:  # runtime failures
+        print(f"ctl-explore: error: {_sentence(e)}", file=sys.stderr)
         return 1
     return 0
 

@@ -22,26 +22,33 @@ __all__ = ['REDUCTIONS', 'LOSS_PARAMS', 'LOSS_NAMES', 'contrastive_loss', 'simpl
 # %% ../nbs/00_losses.ipynb #485771ba
 REDUCTIONS = ("mean", "sum", "none")
 
+def _as_float(name: str, value) -> float:
+    "`value` as a float (nan if it is not a number); a `ValueError` for a bool or a tensor that requires a gradient."
+    if isinstance(value, (bool, np.bool_)) or (isinstance(value, Tensor) and value.dtype == torch.bool):
+        raise ValueError(f"{name} must be a number, got the boolean {value!r}")
+    if isinstance(value, Tensor) and value.requires_grad:
+        raise ValueError(f"{name} is a tensor that requires a gradient, but the losses take it as a constant and would "
+                         f"silently cut it off the graph; pass float({name}) (learning {name} is not supported)")
+    try: return float(value)
+    except (TypeError, ValueError, RuntimeError): return float("nan")
+
 def _check_positive(name: str, value) -> float:
     "`value` as a float, or a `ValueError` unless it is a finite number > 0."
-    try: v = float(value)
-    except (TypeError, ValueError, RuntimeError): v = float("nan")
+    v = _as_float(name, value)
     if not (math.isfinite(v) and v > 0):
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
     return v
 
 def _check_alpha(alpha) -> float:
     "`alpha` as a float, or a `ValueError` unless it lies in (0, 1]."
-    try: a = float(alpha)
-    except (TypeError, ValueError, RuntimeError): a = float("nan")
+    a = _as_float("alpha", alpha)
     if not (0 < a <= 1):
         raise ValueError(f"alpha must lie in (0, 1] (the fraction of negatives kept), got {alpha!r}")
     return a
 
 def _check_lam(lam) -> float:
     "`lam` as a float, or a `ValueError` unless it is a finite number >= 0."
-    try: v = float(lam)
-    except (TypeError, ValueError, RuntimeError): v = float("nan")
+    v = _as_float("lam", lam)
     if not (math.isfinite(v) and v >= 0):
         raise ValueError(f"lam must be a finite number >= 0, got {lam!r}")
     return v
@@ -358,6 +365,7 @@ def _check_bank_args(q, bank, idx) -> Tensor:
     _check_embeddings("bank", bank, "[N, d]")
     if bank.shape[1] != q.shape[1]:
         raise ValueError(f"q and bank must have the same feature size d, got {q.shape[1]} and {bank.shape[1]}")
+    if q.shape[0] == 0: raise ValueError("q must hold at least one query (B >= 1), got B=0")
     if bank.shape[0] < 2: raise ValueError(f"bank needs at least 2 rows so that each query has a negative, got N={bank.shape[0]}")
     if not isinstance(idx, Tensor): raise TypeError(f"idx must be a torch.Tensor of shape [B], got {type(idx).__name__}")
     if idx.dtype not in (torch.int32, torch.int64) or idx.shape != (q.shape[0],):

@@ -5,11 +5,20 @@
 # %% ../nbs/07_pretrain.ipynb #8afed77f
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
+import fcntl
+import io
 import json
 import math
 import os
+import re
+import tempfile
+import threading
 import time
+import zipfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,16 +28,18 @@ import torch.nn.functional as F
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from .data import DATASETS, ImageData, TwoViewAugment, load_dataset, to_float
+from .data import DATASETS, DatasetNotFoundError, ImageData, TwoViewAugment, data_root, load_dataset, to_float
 from .losses import FEATURE_LOSS_NAMES, FEATURE_LOSS_PARAMS, LOSS_NAMES, LOSS_PARAMS, apply_feature_loss
 from .memory_bank import MemoryBank, batch_loss
 from .metrics import alignment, knn_accuracy, tolerance, uniformity
 from .models import BACKBONES, HEADS, NORMS, Encoder, build_encoder
 
 # %% auto #0
-__all__ = ['NEGATIVES', 'PRECISIONS', 'PRETRAIN_LOSSES', 'MIN_IMAGE_SIZE', 'CHECKPOINT_FORMAT', 'METRIC_KEYS', 'TIMING_KEYS',
-           'PretrainConfig', 'lr_at', 'CheckpointError', 'save_checkpoint', 'load_checkpoint', 'embed', 'evaluates_at',
-           'evaluate', 'threads_for', 'pretrain']
+__all__ = ['NEGATIVES', 'PRECISIONS', 'PRETRAIN_LOSSES', 'MIN_IMAGE_SIZE', 'CHECKPOINT_FORMAT', 'STATE_KEYS', 'LOCK_NAME',
+           'PRETRAIN_FILES', 'DERIVED_FILES', 'RUN_FOLDER_FILES', 'METRIC_KEYS', 'TIMING_KEYS', 'PretrainConfig',
+           'lr_at', 'CheckpointError', 'RunFolderError', 'RunBusyError', 'write_json_atomic', 'save_checkpoint',
+           'load_checkpoint', 'run_lock', 'check_run_folder', 'embed', 'evaluates_at', 'evaluate',
+           'TrainingDivergedError', 'TrainingInterrupted', 'threads_for', 'pretrain']
 
 # %% ../nbs/07_pretrain.ipynb #6dbc4a4b
 NEGATIVES = ("bank", "batch")
@@ -138,37 +149,227 @@ def lr_at(config: PretrainConfig, epoch: int) -> float:
 
 # %% ../nbs/07_pretrain.ipynb #7ba063c4
 CHECKPOINT_FORMAT = "ctl_explore.pretrain/1"
+STATE_KEYS = ("config", "epoch", "model", "optimizer", "bank", "generator", "history")  # what a run's checkpoint holds
 
 class CheckpointError(RuntimeError):
-    "A run folder's checkpoint is unreadable or belongs to another run."
+    "A run folder's checkpoint is unreadable, damaged, or belongs to another run."
+
+class RunFolderError(RuntimeError):
+    "A folder `pretrain` must not write into: it holds files pretrain did not write, a symbolic link, or cannot be written."
+
+class RunBusyError(RunFolderError):
+    "Another writer holds the run folder's lock."
+
+_START_OVER = "Delete it, or start the run over (restart=True, or --restart on the command line)."
+
+def _fsync_dir(folder: Path) -> None:
+    "Flush a folder's entries (a rename in it) to the disk."
+    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try: os.fsync(fd)
+    finally: os.close(fd)
+
+def _write_atomic(path: str | Path, write: Callable) -> None:
+    "Call `write(f)` on a binary file unique to this writer, flush it to disk, rename it to `path`, flush the folder."
+    path = Path(path)
+    if path.is_symlink(): raise RunFolderError(f"{path} is a symbolic link; it is never written through (its target could lie "
+                                               "outside the run folder). Remove the link, or use another folder.")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.{os.getpid()}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)  # a rename replaces a link itself, never its target
+    except BaseException:
+        with contextlib.suppress(OSError): os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+
+def write_json_atomic(path: str | Path, obj) -> None:
+    "Write `obj` as JSON to `path` atomically and durably: a temporary file of this writer's own, fsync, rename, fsync of the folder."
+    text = json.dumps(obj, indent=2) + "\n"
+    _write_atomic(path, lambda f: f.write(text.encode()))
 
 def save_checkpoint(path: str | Path, state: dict) -> None:
-    "Write `state` to `path` atomically (a temporary file, then a rename)."
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        torch.save({"format": CHECKPOINT_FORMAT, **state}, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    "Write `state` to `path` atomically and durably (see `write_json_atomic`)."
+    _write_atomic(path, lambda f: torch.save({"format": CHECKPOINT_FORMAT, **state}, f))
+
+def _torch_reason(e: Exception) -> str:
+    "The gist of torch.load's error, without its advice to load with weights_only=False (which would run any code in the file)."
+    text = str(e)
+    found = re.search(r"WeightsUnpickler error: ([^\n]*)", text)
+    reason = (found.group(1) if found else text.strip().split("\n")[0]) or type(e).__name__
+    reason = reason.split(". ")[0].rstrip(".")
+    if "weights_only" in reason: reason = "it holds objects other than tensors and plain data"
+    return f"{type(e).__name__}: {reason}"
+
+def _verify_zip(path: Path, data: bytes) -> None:
+    "Check every part of the checkpoint's zip archive against its stored CRC-32 (torch.load does not)."
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as z: bad = z.testzip()
+    except Exception as e:  # not a zip, truncated, or damaged in its directory
+        raise CheckpointError(f"{path} is not a readable checkpoint ({type(e).__name__}: {e}). {_START_OVER}") from None
+    if bad is not None:
+        raise CheckpointError(f"{path} is damaged: its part {bad!r} does not match the checksum stored with it (a changed "
+                              f"byte on the disk or in a copy), so resuming from it would train on corrupted values. {_START_OVER}")
+
+def _check_state(path: Path, state: dict) -> PretrainConfig:
+    "Check that `state` holds what pretrain writes, consistently; return its configuration."
+    def bad(what: str) -> CheckpointError:
+        return CheckpointError(f"{path} has the format tag of a pretrain checkpoint but {what}, so it cannot be resumed or "
+                               f"evaluated. {_START_OVER}")
+    missing = [k for k in STATE_KEYS if k not in state]
+    if missing: raise bad(f"lacks {', '.join(missing)}")
+    if not isinstance(state["config"], dict): raise bad("its configuration is not a mapping")
+    try: saved = PretrainConfig.from_dict(state["config"])
+    except (TypeError, ValueError) as e: raise bad(f"its configuration is not valid ({e})") from None
+    kinds = dict(model=dict, optimizer=dict, bank=dict, generator=torch.Tensor, history=list)
+    for key, kind in kinds.items():
+        if not isinstance(state[key], kind): raise bad(f"its {key} is a {type(state[key]).__name__}, not a {kind.__name__}")
+    if not all(isinstance(v, torch.Tensor) for v in state["model"].values()): raise bad("its model holds values that are not tensors")
+    if not isinstance(state["bank"].get("features"), torch.Tensor): raise bad("its memory bank has no features tensor")
+    epoch, history = state["epoch"], state["history"]
+    if not _is_int(epoch) or not 0 <= epoch <= saved.epochs:
+        raise bad(f"its epoch count {epoch!r} is not an integer in [0, {saved.epochs}] (the configuration's epochs)")
+    if len(history) != epoch or not all(isinstance(r, dict) and r.get("epoch") == i for i, r in enumerate(history, 1)):
+        raise bad(f"its epoch count {epoch} does not match its {len(history)} records of finished epochs")
+    wall = state.get("wall_time_s", 0.0)
+    if not (_is_number(wall) and math.isfinite(wall) and wall >= 0): raise bad(f"its wall time {wall!r} is not a number >= 0")
+    return saved
 
 def load_checkpoint(path: str | Path, config: PretrainConfig | None = None) -> dict:
-    "Read a checkpoint written by `save_checkpoint`; if `config` is given, it must be the checkpoint's configuration."
+    "Read and verify a checkpoint written by `save_checkpoint`; if `config` is given, it must be the checkpoint's configuration."
     path = Path(path)
+    try: data = path.read_bytes()
+    except OSError as e: raise CheckpointError(f"{path} cannot be read ({e.strerror or e})") from None
+    _verify_zip(path, data)
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as e:
-        raise CheckpointError(f"{path} is not a readable checkpoint ({type(e).__name__}: {e}). "
-                              "Delete it, or start the run over (restart=True, or --restart on the command line).") from None
+        raise CheckpointError(f"{path} is not a readable checkpoint ({_torch_reason(e)}); nothing in it was run. {_START_OVER}") from None
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-        raise CheckpointError(f"{path} was not written by ctl_explore's pretrain (format {CHECKPOINT_FORMAT} expected)")
-    # a field added after the checkpoint was written counts with its default value
-    saved = {**{f.name: f.default for f in dataclasses.fields(PretrainConfig)}, **state["config"]} if config is not None else None
+        raise CheckpointError(f"{path} was not written by ctl_explore's pretrain (format {CHECKPOINT_FORMAT} expected). "
+                              "Move it away, or use another folder.")
+    saved = _check_state(path, state).to_dict()  # a field added after the checkpoint was written counts with its default value
     if config is not None and saved != config.to_dict():
-        diff = {k: (v, config.to_dict().get(k)) for k, v in saved.items() if config.to_dict().get(k) != v}
+        asked = config.to_dict()
+        diff = {k: (v, asked.get(k)) for k, v in saved.items() if asked.get(k) != v}
         raise CheckpointError(f"{path} belongs to a run with another configuration (saved vs asked: {diff}). "
-                              "Use another output folder, or start over with restart=True.")
+                              "Use another output folder, or start over with restart=True (--restart on the command line).")
     return state
+
+# %% ../nbs/07_pretrain.ipynb #b7c2ee64
+LOCK_NAME = ".lock"
+PRETRAIN_FILES = ("config.json", "metrics.jsonl", "checkpoint.pt")     # what pretrain writes
+DERIVED_FILES = ("result.json", "linear_eval.json", "linear_eval_random_init.json")  # written beside a run, about its weights
+RUN_FOLDER_FILES = PRETRAIN_FILES + DERIVED_FILES + (LOCK_NAME,)
+_TMP_NAME = re.compile(r"(?P<name>.+?)(\.(?P<pid>\d+)\.[A-Za-z0-9_]+)?\.tmp")  # <name>.<pid>.<random>.tmp, or an older <name>.tmp
+
+_HELD: dict[tuple[int, int], list] = {}  # (device, inode) of a locked folder -> [lock file descriptor, owning thread, depth]
+_HELD_GUARD = threading.Lock()
+
+def _lock_owner(fd: int) -> str:
+    with contextlib.suppress(OSError, ValueError):
+        pid = int(os.pread(fd, 32, 0).decode().strip())
+        return f"process {pid}"
+    return "another process"
+
+def _alive(pid: int) -> bool:
+    try: os.kill(pid, 0)
+    except ProcessLookupError: return False
+    except PermissionError: return True
+    return True
+
+def _remove_stale_tmp(folder: Path) -> None:
+    "Remove temporary files whose writer no longer runs (killed mid-write), and the pid-less ones older versions of pretrain wrote."
+    for entry in os.scandir(folder):
+        m = _TMP_NAME.fullmatch(entry.name)
+        if not m or m["name"] not in RUN_FOLDER_FILES or not entry.is_file(follow_symlinks=False): continue
+        stale = not _alive(int(m["pid"])) if m["pid"] else m["name"] in PRETRAIN_FILES
+        if stale:
+            with contextlib.suppress(FileNotFoundError): os.unlink(entry.path)
+
+@contextlib.contextmanager
+def run_lock(out_dir: str | Path) -> Iterator[Path]:
+    "Hold `out_dir`'s exclusive write lock (creating the folder if needed); `RunBusyError` at once if another writer holds it."
+    folder = Path(out_dir)
+    if folder.is_symlink() and not folder.exists(): raise RunFolderError(f"{folder} is a broken symbolic link: remove it, or use another folder")
+    if folder.exists() and not folder.is_dir(): raise RunFolderError(f"{folder} is a file, not a folder: choose another output folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        if e.errno == errno.ELOOP: raise RunFolderError(f"{folder / LOCK_NAME} is a symbolic link: remove it") from None
+        raise RunFolderError(f"cannot write into {folder} ({e.strerror or e}): make it writable, or choose another output folder") from None
+    key = (os.fstat(fd).st_dev, os.fstat(fd).st_ino)
+    with _HELD_GUARD:
+        held = _HELD.get(key)
+        if held and held[1] == threading.get_ident():  # nested in the thread that holds it
+            os.close(fd)
+            held[2] += 1
+            fd = None
+        elif held:
+            os.close(fd)
+            raise RunBusyError(f"{folder} is being written by another thread of this process; use another folder")
+        else:
+            try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                owner = _lock_owner(fd)
+                os.close(fd)
+                if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise RunBusyError(f"{folder} is being written by {owner}: one run folder takes one writer at a time. "
+                                       "Wait for it to finish, or choose another output folder.") from None
+                raise RunFolderError(f"cannot lock {folder / LOCK_NAME} ({e.strerror or e})") from None
+            _HELD[key] = [fd, threading.get_ident(), 1]
+    try:
+        if fd is not None:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            _remove_stale_tmp(folder)
+            try:  # can this writer create files here? (the lock file may exist in a folder that has turned read-only)
+                probe, name = tempfile.mkstemp(dir=folder, prefix=f"{LOCK_NAME}.{os.getpid()}.", suffix=".tmp")
+                os.close(probe); os.unlink(name)
+            except OSError as e:
+                raise RunFolderError(f"cannot write into {folder} ({e.strerror or e}): make it writable, or choose another output folder") from None
+        yield folder
+    finally:
+        with _HELD_GUARD:
+            held = _HELD[key]
+            held[2] -= 1
+            if held[2] == 0:
+                del _HELD[key]
+                fcntl.flock(held[0], fcntl.LOCK_UN)
+                os.close(held[0])
+
+def check_run_folder(out_dir: str | Path) -> None:
+    "A `RunFolderError` unless `out_dir` is absent or a folder holding only what a run folder holds, with no symbolic links among them."
+    folder = Path(out_dir)
+    if folder.is_symlink() and not folder.exists(): raise RunFolderError(f"{folder} is a broken symbolic link: remove it, or use another folder")
+    if not folder.exists(): return
+    if not folder.is_dir(): raise RunFolderError(f"{folder} is a file, not a folder: choose another output folder")
+    foreign, links = [], []
+    for entry in os.scandir(folder):
+        m = _TMP_NAME.fullmatch(entry.name)
+        if entry.name not in RUN_FOLDER_FILES and not (m and m["name"] in RUN_FOLDER_FILES): foreign.append(entry.name)
+        elif entry.is_symlink(): links.append(entry.name)
+        elif not entry.is_file(): foreign.append(entry.name + "/")
+    if links:
+        raise RunFolderError(f"{folder / sorted(links)[0]} is a symbolic link; pretrain never writes through one (its target could "
+                             "lie outside the run folder). Remove the link, or choose another output folder.")
+    if foreign:
+        names = ", ".join(sorted(foreign)[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise RunFolderError(f"{folder} holds files pretrain did not write ({names}), and it writes only into a new or empty "
+                             "folder or one of its own runs: choose another output folder, or move them away.")
+    config = folder / "config.json"
+    if config.exists():
+        try:
+            saved = json.loads(config.read_text())
+            if not isinstance(saved, dict): raise ValueError(f"it holds a {type(saved).__name__}, not a mapping")
+            PretrainConfig.from_dict(saved)
+        except (ValueError, TypeError, UnicodeDecodeError) as e:
+            raise RunFolderError(f"{config} was not written by pretrain (not a valid configuration: {e}), and pretrain does not "
+                                 "overwrite what it did not write: choose another output folder, or move the file away.") from None
 
 # %% ../nbs/07_pretrain.ipynb #252ae5cc
 def _distributed() -> tuple[int, int]:
@@ -231,15 +432,28 @@ def evaluate(model: Encoder, train: ImageData, test: ImageData, augment: TwoView
 # %% ../nbs/07_pretrain.ipynb #51d00cc6
 TIMING_KEYS = ("images_per_s", "epoch_time_s", "wall_time_s")
 
+class TrainingDivergedError(RuntimeError):
+    "The loss or the weights became NaN or infinite during training."
+
+class TrainingInterrupted(KeyboardInterrupt):
+    "Ctrl-C during `pretrain`; the message says at which epoch, and that the same call resumes from the last checkpoint."
+    def __init__(self, epoch: int, epochs: int, out_dir: Path):
+        self.epoch, self.epochs, self.out_dir = epoch, epochs, out_dir
+        saved = f"{epoch - 1} finished epoch{'s' if epoch != 2 else ''} saved in {out_dir}" if epoch > 1 else "nothing saved yet"
+        super().__init__(f"interrupted at epoch {epoch} of {epochs} ({saved}); run the same command to resume")
+
 def threads_for(config: PretrainConfig) -> int | None:
     "The CPU thread count `pretrain` uses unless told: 1 for the small ConvNet on the CPU; None (torch's own setting) otherwise."
     on_cpu = config.device.startswith("cpu") or (config.device == "auto" and not torch.cuda.is_available())
     return 1 if on_cpu and config.backbone == "convnet" else None
 
 def _resolve_device(name: str) -> torch.device:
+    _check_device_name(name)
     if name == "auto": return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available(): raise ValueError(f"device {name!r} asked for, but CUDA is not available")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ValueError(f"device {name!r} asked for, but this machine has {torch.cuda.device_count()} CUDA device(s)")
     return device
 
 def _build_model(config: PretrainConfig, in_channels: int, device: torch.device) -> Encoder:
@@ -249,10 +463,39 @@ def _build_model(config: PretrainConfig, in_channels: int, device: torch.device)
     # channels-last convolutions are about twice as fast, on the CPU as on CUDA
     return model.to(device=device, memory_format=torch.channels_last)
 
+def _load_data(config: PretrainConfig, device: torch.device, quiet: bool) -> tuple[ImageData, ImageData]:
+    "The training and test splits; a failed download says so, with where to put the files instead."
+    kw = dict(root=config.data_root, image_size=config.image_size, device=device, download=config.download, progress=not quiet)
+    try: return load_dataset(config.dataset, train=True, **kw), load_dataset(config.dataset, train=False, **kw)
+    except DatasetNotFoundError: raise
+    except OSError as e:  # urllib's URLError, a refused connection, a timeout, a full disk
+        if not config.download: raise
+        reason = getattr(e, "reason", None) or e.strerror or e
+        root = Path(config.data_root).expanduser() if config.data_root is not None else data_root()
+        raise DatasetNotFoundError(f"could not download {config.dataset}: {reason}; download it elsewhere and put its files "
+                                   f"in {root}") from None
+
+def _check_encoder_takes(model: Encoder, train: ImageData, augment: TwoViewAugment, config: PretrainConfig) -> None:
+    "Embed two images once, so that an image size the encoder cannot take fails before anything is written."
+    try: embed(model, train.images[:2], augment, 2)
+    except RuntimeError as e:
+        size = augment.params.size or train.images.shape[-1]
+        raise ValueError(f"the {config.backbone} backbone cannot embed {size}-pixel images ({str(e).splitlines()[0]}); "
+                         "choose a larger image_size (--image-size)") from None
+
+def _diverged(config: PretrainConfig, epoch: int, lr: float, what: str) -> TrainingDivergedError:
+    hints = [f"lower the learning rate (--lr, now {config.lr:g})"]
+    if "tau" in config.loss_params(): hints.append(f"raise τ (--tau, now {config.tau:g})")
+    warm = "" if config.warmup_epochs else "; a warm-up (--warmup-epochs) can help too"
+    return TrainingDivergedError(f"training diverged at epoch {epoch + 1} ({what}): {' or '.join(hints)}{warm}")
+
+def _weights_finite(model: Encoder) -> bool:
+    return bool(torch.stack([p.detach().isfinite().all() for p in model.parameters()]).all())
+
 # %% ../nbs/07_pretrain.ipynb #b8605635
 def pretrain(
     config: PretrainConfig,     # what to train
-    out_dir: str | Path,        # the run folder: config.json, metrics.jsonl, checkpoint.pt
+    out_dir: str | Path,        # the run folder: config.json, metrics.jsonl, checkpoint.pt (and its lock, .lock)
     quiet: bool = False,        # no progress bars
     restart: bool = False,      # ignore (and replace) an existing checkpoint instead of resuming from it
     until_epoch: int | None = None, # stop (resumably) once this many epochs are done; default: config.epochs
@@ -260,6 +503,9 @@ def pretrain(
 ) -> dict:
     "Pretrain an encoder as in [WL21], resuming from `out_dir`'s checkpoint if there is one; returns the last epoch's record."
     start_time = time.perf_counter()
+    if not isinstance(config, PretrainConfig): raise ValueError(f"config must be a PretrainConfig, got {type(config).__name__}")
+    if not isinstance(out_dir, (str, os.PathLike)) or not str(out_dir).strip():
+        raise ValueError(f"out_dir must name a folder (--out), got {out_dir!r}")
     stop = config.epochs if until_epoch is None else until_epoch
     if not _is_int(stop) or not 1 <= stop <= config.epochs:
         raise ValueError(f"until_epoch must be an integer in [1, {config.epochs}] or None, got {until_epoch!r}")
@@ -271,44 +517,69 @@ def pretrain(
     if threads is not None: torch.set_num_threads(threads)
     started_dist = _init_distributed(device)
     try:
-        return _pretrain(config, Path(out_dir), quiet, restart, device, stop, start_time)
+        with contextlib.ExitStack() as held:
+            return _pretrain(config, Path(out_dir), quiet, restart, device, stop, start_time, held)
     finally:
         if started_dist: dist.destroy_process_group()
         torch.set_num_threads(previous_threads)
 
+def _take_folder(out_dir: Path, held: contextlib.ExitStack, rank: int, world: int, device: torch.device) -> None:
+    "Process 0 takes the folder's lock and checks it again under the lock; every process learns whether that worked."
+    error = None
+    if rank == 0:
+        try:
+            held.enter_context(run_lock(out_dir))
+            check_run_folder(out_dir)
+        except Exception as e: error = e
+    if world > 1:
+        ok = torch.tensor(0 if error else 1, device=device)
+        dist.broadcast(ok, src=0)
+        if not ok.item() and rank > 0: raise RunFolderError(f"process 0 could not take the run folder {out_dir}: see its error")
+    if error is not None: raise error
+
 def _pretrain(config: PretrainConfig, out_dir: Path, quiet: bool, restart: bool, device: torch.device, stop: int,
-              start_time: float) -> dict:
+              start_time: float, held: contextlib.ExitStack) -> dict:
     rank, world = _distributed()
     if config.batch_size % world: raise ValueError(f"batch_size {config.batch_size} must be divisible by the {world} processes")
     if world > 1 and config.negatives == "batch":
         raise ValueError("negatives='batch' runs in one process only; use negatives='bank' with several processes")
-    out_dir.mkdir(parents=True, exist_ok=True)
     ckpt_path, metrics_path = out_dir / "checkpoint.pt", out_dir / "metrics.jsonl"
+    # nothing is written before everything checkable has been checked; a folder that exists is locked at once
+    if rank == 0: check_run_folder(out_dir)
+    locked = world == 1 and out_dir.is_dir()
+    if locked: _take_folder(out_dir, held, rank, world, device)
 
-    kw = dict(root=config.data_root, image_size=config.image_size, device=device)
-    train = load_dataset(config.dataset, train=True, download=config.download, progress=not quiet, **kw)
-    test = load_dataset(config.dataset, train=False, download=config.download, progress=not quiet, **kw)
+    train, test = _load_data(config, device, quiet)
     if len(train) < config.batch_size: raise ValueError(f"batch_size {config.batch_size} is larger than the {len(train)} training images")
     augment = TwoViewAugment(config.dataset, size=config.image_size)
-
     model = _build_model(config, train.images.shape[1], device)
+    _check_encoder_takes(model, train, augment, config)
     optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
     bank = MemoryBank(len(train), config.out_dim, config.bank_momentum, generator=torch.Generator().manual_seed(config.seed + 1),
                       dtype=torch.bfloat16 if config.bank_precision == "bf16" else torch.float32).to(device)
     generator = torch.Generator(device=device).manual_seed(config.seed)
     history, start_epoch, wall_before = [], 0, 0.0  # wall_before: the wall time of the run's earlier sessions
 
+    if not locked: _take_folder(out_dir, held, rank, world, device)
     if ckpt_path.exists() and not restart:
         state = load_checkpoint(ckpt_path, config)
-        model.load_state_dict(state["model"]); optimizer.load_state_dict(state["optimizer"])
-        bank.load_state_dict(state["bank"]); generator.set_state(state["generator"])
+        try:
+            model.load_state_dict(state["model"]); optimizer.load_state_dict(state["optimizer"])
+            bank.load_state_dict(state["bank"]); generator.set_state(state["generator"])
+        except (RuntimeError, ValueError, KeyError, TypeError) as e:
+            raise CheckpointError(f"{ckpt_path} does not fit this run ({type(e).__name__}: {str(e).strip().splitlines()[0]}). "
+                                  f"{_START_OVER}") from None
         history, start_epoch = state["history"], state["epoch"]
         # checkpoints written before the field existed: their epochs' training time is what is known
         wall_before = state.get("wall_time_s", sum(h.get("epoch_time_s", 0.0) for h in history))
     if rank == 0:
-        (out_dir / "config.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n")
+        if start_epoch == 0:  # a run from scratch: evaluations of earlier weights in the folder no longer describe it
+            for name in DERIVED_FILES:
+                with contextlib.suppress(FileNotFoundError): (out_dir / name).unlink()
+        write_json_atomic(out_dir / "config.json", config.to_dict())
         # the checkpoint's history is the truth: a line appended after the last checkpoint is dropped here
-        metrics_path.write_text("".join(json.dumps(h) + "\n" for h in history))
+        lines = "".join(json.dumps(h) + "\n" for h in history)
+        _write_atomic(metrics_path, lambda f: f.write(lines.encode()))
 
     net = model
     if device.type == "cuda" and world > 1: net = torch.nn.SyncBatchNorm.convert_sync_batchnorm(net)
@@ -318,48 +589,67 @@ def _pretrain(config: PretrainConfig, out_dir: Path, quiet: bool, restart: bool,
     steps = len(train) // config.batch_size
     local = config.batch_size // world
 
-    for epoch in range(start_epoch, stop):
-        lr = lr_at(config, epoch)
-        for group in optimizer.param_groups: group["lr"] = lr
-        model.train()
-        order = torch.randperm(len(train), generator=generator, device=device)
-        total, start = torch.zeros((), device=device), time.perf_counter()
-        bar = tqdm(range(steps), desc=f"epoch {epoch + 1}/{config.epochs}", disable=quiet or rank > 0, leave=False)
-        for step in bar:
-            idx = order[step * config.batch_size:(step + 1) * config.batch_size]
-            images = train.images[idx]
-            mine = slice(rank * local, (rank + 1) * local)
-            # low precision for the network only: the loss is computed in float32 (the bank's similarities in its own dtype)
-            if config.negatives == "bank":
-                with torch.autocast(**autocast): z = net(augment.view(images, generator)[mine]).float()
-                loss = bank.loss(z, idx[mine], config.loss, **config.loss_params())
-            else:
-                v1, v2 = augment(images, generator)
-                with torch.autocast(**autocast): z = net(torch.cat([v1, v2])).float()
-                if config.loss in FEATURE_LOSS_PARAMS:  # SWD's random projections come from the run's generator: resumable
-                    loss = apply_feature_loss(config.loss, z[:local], z[local:], generator, **config.loss_params())
+    try:
+        for epoch in range(start_epoch, stop):
+            lr = lr_at(config, epoch)
+            for group in optimizer.param_groups: group["lr"] = lr
+            model.train()
+            order = torch.randperm(len(train), generator=generator, device=device)
+            total, start = torch.zeros((), device=device), time.perf_counter()
+            bar = tqdm(range(steps), desc=f"epoch {epoch + 1}/{config.epochs}", disable=quiet or rank > 0, leave=False)
+            for step in bar:
+                idx = order[step * config.batch_size:(step + 1) * config.batch_size]
+                images = train.images[idx]
+                mine = slice(rank * local, (rank + 1) * local)
+                # low precision for the network only: the loss is computed in float32 (the bank's similarities in its own dtype)
+                if config.negatives == "bank":
+                    with torch.autocast(**autocast): z = net(augment.view(images, generator)[mine]).float()
                 else:
-                    loss = batch_loss(z[:local], z[local:], config.loss, **config.loss_params())
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            if config.negatives == "bank": bank.update(_gather(idx[mine]), _gather(z.detach()))
-            total += loss.detach()
-            if not quiet and rank == 0 and step % 5 == 0:
-                bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{lr:.3g}", img_s=f"{(step + 1) * config.batch_size / (time.perf_counter() - start):.0f}")
-        seconds = time.perf_counter() - start
-        if world > 1: dist.all_reduce(total); total /= world
-        record = dict(epoch=epoch + 1, loss=total.item() / steps, lr=lr)
-        if evaluates_at(config, epoch): record.update(evaluate(model, train, test, augment, config, epoch))
-        # the run's wall time so far: setup, training, measuring and the earlier checkpoints, over every session
-        wall = wall_before + time.perf_counter() - start_time
-        record.update(images_per_s=steps * config.batch_size / seconds, epoch_time_s=seconds, wall_time_s=wall)
-        history.append(record)
-        if rank == 0:
-            save_checkpoint(ckpt_path, dict(config=config.to_dict(), epoch=epoch + 1, model=model.state_dict(),
-                                            optimizer=optimizer.state_dict(), bank=bank.state_dict(),
-                                            generator=generator.get_state(), history=history, wall_time_s=wall))
-            with open(metrics_path, "a") as f: f.write(json.dumps(record) + "\n")
-            if not quiet: print(_epoch_line(record, config))
-        if world > 1: dist.barrier()
+                    v1, v2 = augment(images, generator)
+                    with torch.autocast(**autocast): z = net(torch.cat([v1, v2])).float()
+                try:
+                    if config.negatives == "bank":
+                        loss = bank.loss(z, idx[mine], config.loss, **config.loss_params())
+                    elif config.loss in FEATURE_LOSS_PARAMS:  # SWD's random projections come from the run's generator: resumable
+                        loss = apply_feature_loss(config.loss, z[:local], z[local:], generator, **config.loss_params())
+                    else:
+                        loss = batch_loss(z[:local], z[local:], config.loss, **config.loss_params())
+                except ValueError:  # the losses refuse non-finite inputs: NaN embeddings come from NaN weights
+                    if bool(z.isfinite().all()): raise
+                    raise _diverged(config, epoch, lr, "the embeddings became NaN or infinite") from None
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                if config.negatives == "bank": bank.update(_gather(idx[mine]), _gather(z.detach()))
+                total += loss.detach()
+                if not quiet and rank == 0 and step % 5 == 0:
+                    bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{lr:.3g}", img_s=f"{(step + 1) * config.batch_size / (time.perf_counter() - start):.0f}")
+            seconds = time.perf_counter() - start
+            if world > 1: dist.all_reduce(total); total /= world
+            mean_loss = total.item() / steps  # one check per epoch: a NaN or infinity in any step shows in the sum
+            if not math.isfinite(mean_loss): raise _diverged(config, epoch, lr, f"the loss is {mean_loss}")
+            if not _weights_finite(model): raise _diverged(config, epoch, lr, "the weights became NaN or infinite")
+            record = dict(epoch=epoch + 1, loss=mean_loss, lr=lr)
+            if evaluates_at(config, epoch): record.update(evaluate(model, train, test, augment, config, epoch))
+            # the run's wall time so far: setup, training, measuring and the earlier checkpoints, over every session
+            wall = wall_before + time.perf_counter() - start_time
+            record.update(images_per_s=steps * config.batch_size / seconds, epoch_time_s=seconds, wall_time_s=wall)
+            history.append(record)
+            if rank == 0:
+                save_checkpoint(ckpt_path, dict(config=config.to_dict(), epoch=epoch + 1, model=model.state_dict(),
+                                                optimizer=optimizer.state_dict(), bank=bank.state_dict(),
+                                                generator=generator.get_state(), history=history, wall_time_s=wall))
+                fd = os.open(metrics_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+                with os.fdopen(fd, "a") as f: f.write(json.dumps(record) + "\n")
+                if not quiet: print(_epoch_line(record, config))
+            if world > 1: dist.barrier()
+    except KeyboardInterrupt:
+        raise TrainingInterrupted(len(history) + 1, config.epochs, out_dir) from None
     return history[-1] if history else {}
+
+def _epoch_line(record: dict, config: PretrainConfig) -> str:
+    "The line printed after an epoch; the measurements only on the epochs that have them."
+    line = f"epoch {record['epoch']:>3}/{config.epochs}  loss {record['loss']:.4f}  lr {record['lr']:.3g}"
+    if "uniformity" in record:
+        line += f"  uniformity {record['uniformity']:.3f}  tolerance {record['tolerance']:.3f}  kNN {record['knn_accuracy']:.3f}"
+    return line + f"  {record['images_per_s']:.0f} img/s"

@@ -64,6 +64,7 @@ def test_resume_after_sigkill_gives_the_uninterrupted_metrics(tmp_path):
     assert torch.equal(a["bank"]["features"], b["bank"]["features"])
     lines = [json.loads(l) for l in (killed / "metrics.jsonl").read_text().splitlines()]
     assert [l["epoch"] for l in lines] == [1, 2, 3, 4]  # no epoch lost or written twice
+    assert not [p.name for p in killed.iterdir() if p.name.endswith(".tmp")]  # a temporary file of the killed writer is gone
 
 
 def test_two_gloo_processes_match_one(tmp_path):

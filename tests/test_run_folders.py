@@ -1,0 +1,378 @@
+"""Run folders that defend themselves (issue 13): checkpoints verified on load, one writer per folder, no writing into
+folders pretrain did not make or through symbolic links, validation before anything is written, and failures told as
+sentences with the right exit status (divergence, Ctrl-C, downloads, read-only folders), plus the numbers the losses
+refuse (a boolean τ, a τ that requires a gradient, an empty batch against the memory bank)."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ctl_explore import train as train_module
+from ctl_explore.cli import main
+from ctl_explore.losses import bank_contrastive_loss, contrastive_loss, hard_contrastive_loss, simple_loss
+from ctl_explore.memory_bank import MemoryBank
+from ctl_explore.train import (CheckpointError, PretrainConfig, RunBusyError, RunFolderError, TrainingDivergedError, load_checkpoint,
+                               pretrain, run_lock, save_checkpoint, write_json_atomic)
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+TINY = dict(width=4, out_dim=16, knn_k=20, batch_size=64)
+TINY_ARGS = ["--width", "4", "--out-dim", "16", "--knn-k", "20", "--batch-size", "64", "--quiet"]
+
+
+def tiny(**kw) -> PretrainConfig:
+    return PretrainConfig(**{**TINY, "epochs": 1, **kw})
+
+
+def cli_process(*args: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "ctl_explore.cli", *args], env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kw)
+
+
+def run_main(capsys, *args: str) -> tuple[int, str]:
+    "`ctl-explore args` in this process: (exit status, stderr)."
+    try: code = main(list(args))
+    except SystemExit as e: code = e.code
+    return code, capsys.readouterr().err
+
+
+def wait_for(condition, timeout: float = 120, proc: subprocess.Popen | None = None) -> None:
+    deadline = time.time() + timeout
+    while not condition():
+        if proc is not None and proc.poll() is not None: pytest.fail(f"the process ended early: {proc.communicate()[1][-2000:]}")
+        if time.time() > deadline: pytest.fail("timed out")
+        time.sleep(0.05)
+
+
+def flip_middle_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def dead_pid() -> int:
+    pid = 4_000_000
+    while True:
+        try: os.kill(pid, 0)
+        except ProcessLookupError: return pid
+        except PermissionError: pass
+        pid += 1
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> Path:
+    "A finished 1-epoch run, to copy from."
+    run = tmp_path_factory.mktemp("finished") / "run"
+    torch.set_num_threads(1)
+    pretrain(tiny(), run, quiet=True)
+    return run
+
+
+def copy_run(src: Path, dst: Path) -> Path:
+    dst.mkdir(parents=True)
+    for p in src.iterdir(): (dst / p.name).write_bytes(p.read_bytes())
+    return dst
+
+
+# ---------------------------------------------------------------- 1, 9: messages that name both ways to start over, and no bad advice
+
+def test_mismatch_names_restart_for_python_and_the_command_line(finished):
+    with pytest.raises(CheckpointError) as e: load_checkpoint(finished / "checkpoint.pt", tiny(tau=0.5))
+    assert "restart=True" in str(e.value) and "--restart" in str(e.value) and "'tau': (0.2, 0.5)" in str(e.value)
+
+
+class _Payload:
+    def __reduce__(self): return (os.system, ("echo ran > payload-ran",))
+
+
+def test_malicious_pickle_is_refused_without_advice_to_run_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    torch.save({"format": "ctl_explore.pretrain/1", "config": {}, "x": _Payload()}, tmp_path / "checkpoint.pt")
+    with pytest.raises(CheckpointError) as e: load_checkpoint(tmp_path / "checkpoint.pt")
+    message = str(e.value)
+    assert "is not a readable checkpoint" in message and "nothing in it was run" in message
+    assert "weights_only" not in message and "Traceback" not in message
+    assert not (tmp_path / "payload-ran").exists()
+
+
+# ---------------------------------------------------------------- 2: checkpoint integrity
+
+def test_a_flipped_byte_in_a_checkpoint_is_detected(finished, tmp_path, capsys):
+    run = copy_run(finished, tmp_path / "run")
+    flip_middle_byte(run / "checkpoint.pt")
+    torch.load(io.BytesIO((run / "checkpoint.pt").read_bytes()), weights_only=True)  # torch alone notices nothing
+    with pytest.raises(CheckpointError, match="is damaged: its part .* does not match the checksum"):
+        load_checkpoint(run / "checkpoint.pt")
+    with pytest.raises(CheckpointError, match="is damaged"): pretrain(tiny(epochs=2), run, quiet=True)
+    damaged = (run / "checkpoint.pt").read_bytes()
+    code, err = run_main(capsys, "pretrain", "--out", str(run), "--epochs", "2", *TINY_ARGS)
+    assert code == 1 and "is damaged" in err and "--restart" in err and "Traceback" not in err
+    assert (run / "checkpoint.pt").read_bytes() == damaged  # kept for whoever wants to look at it
+
+
+@pytest.mark.parametrize("epoch", [99, -2, 0, True])
+def test_a_hand_edited_epoch_is_refused(finished, tmp_path, epoch):
+    run = copy_run(finished, tmp_path / "run")
+    state = load_checkpoint(run / "checkpoint.pt")
+    save_checkpoint(run / "checkpoint.pt", {**{k: v for k, v in state.items() if k != "format"}, "epoch": epoch})
+    with pytest.raises(CheckpointError, match="its epoch count"): load_checkpoint(run / "checkpoint.pt")
+    with pytest.raises(CheckpointError, match="its epoch count"): pretrain(tiny(), run, quiet=True)
+
+
+def test_right_format_tag_with_wrong_contents_is_a_sentence(finished, tmp_path, capsys):
+    run = copy_run(finished, tmp_path / "run")
+    state = {k: v for k, v in load_checkpoint(run / "checkpoint.pt").items() if k != "format"}
+    save_checkpoint(run / "checkpoint.pt", {**state, "model": {"not.a.layer": torch.zeros(3)}})
+    code, err = run_main(capsys, "pretrain", "--out", str(run), "--epochs", "1", *TINY_ARGS)
+    assert code == 1 and "does not fit this run" in err and "Traceback" not in err
+    save_checkpoint(run / "checkpoint.pt", {k: v for k, v in state.items() if k != "bank"})
+    with pytest.raises(CheckpointError, match="lacks bank"): load_checkpoint(run / "checkpoint.pt")
+    save_checkpoint(run / "checkpoint.pt", {**state, "history": "three"})
+    with pytest.raises(CheckpointError, match="its history is a str"): load_checkpoint(run / "checkpoint.pt")
+
+
+# ---------------------------------------------------------------- 3: one writer per run folder
+
+def test_a_second_process_on_one_folder_fails_at_once(tmp_path):
+    run = tmp_path / "run"
+    first = cli_process("pretrain", "--out", str(run), "--epochs", "50", *TINY_ARGS)
+    try:
+        wait_for(lambda: (run / "metrics.jsonl").exists() and (run / "metrics.jsonl").read_text().count("\n") >= 1, proc=first)
+        started = time.time()
+        second = subprocess.run([sys.executable, "-m", "ctl_explore.cli", "pretrain", "--out", str(run), "--epochs", "50",
+                                 "--tau", "0.5", *TINY_ARGS], env=ENV, capture_output=True, text=True, timeout=120)
+        assert first.poll() is None, "the first run ended before the second was refused: make it longer"
+        assert second.returncode == 1, second.stderr
+        assert f"is being written by process {first.pid}" in second.stderr and "Traceback" not in second.stderr
+        assert time.time() - started < 60
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    config = json.loads((run / "config.json").read_text())
+    assert config["tau"] == 0.2  # the second writer changed nothing
+    epochs = [json.loads(l)["epoch"] for l in (run / "metrics.jsonl").read_text().splitlines()]
+    assert epochs == list(range(1, len(epochs) + 1))
+
+
+def test_run_lock_is_exclusive_across_processes_and_threads_and_dies_with_its_holder(tmp_path):
+    run = tmp_path / "run"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom ctl_explore.train import run_lock\n"
+                               "with run_lock(sys.argv[1]):\n    print('held', flush=True); time.sleep(120)", str(run)],
+                              stdout=subprocess.PIPE, text=True, env=ENV)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(RunBusyError, match=f"process {holder.pid}"): 
+            with run_lock(run): pass
+        started = time.time()
+        with pytest.raises(RunBusyError): pretrain(tiny(), run, quiet=True)
+        assert time.time() - started < 5  # refused before loading any data
+        assert isinstance(RunBusyError("x"), RuntimeError)
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    with run_lock(run):  # the lock died with its holder
+        with run_lock(run): pass  # the holding thread may nest
+        errors = []
+        def other():
+            try:
+                with run_lock(run): pass
+            except RunBusyError as e: errors.append(e)
+        t = threading.Thread(target=other); t.start(); t.join()
+        assert errors and "another thread of this process" in str(errors[0])
+
+
+def test_temporary_files_are_per_writer_and_stale_ones_are_removed(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    stale = [f"checkpoint.pt.{dead_pid()}.abc123.tmp", "checkpoint.pt.tmp", f"result.json.{dead_pid()}.x_y.tmp"]
+    for name in stale: (run / name).write_bytes(b"")
+    alive = run / f"result.json.{os.getpid()}.zz.tmp"  # a live writer's file is left alone
+    alive.write_bytes(b"{}")
+    pretrain(tiny(), run, quiet=True)
+    assert sorted(p.name for p in run.iterdir()) == sorted([".lock", "checkpoint.pt", "config.json", "metrics.jsonl", alive.name])
+    write_json_atomic(run / "result.json", {"a": [1, 2]})
+    assert json.loads((run / "result.json").read_text()) == {"a": [1, 2]}
+    assert not [p for p in run.iterdir() if p.name.startswith("result.json.") and p != alive]
+
+
+# ---------------------------------------------------------------- 4: pretrain writes only into its own folders, never through links
+
+def test_a_folder_with_foreign_files_is_refused_and_untouched(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "notes.txt").write_text("mine")
+    with pytest.raises(RunFolderError, match=r"holds files pretrain did not write \(notes.txt\)"): pretrain(tiny(), run, quiet=True)
+    code, err = run_main(capsys, "pretrain", "--out", str(run), *TINY_ARGS)
+    assert code == 1 and "did not write (notes.txt)" in err and "usage:" not in err
+    assert sorted(p.name for p in run.iterdir()) == ["notes.txt"]
+
+
+@pytest.mark.parametrize("text", ['{"mine": 1}', "null", "[1, 2]", "not json", '{"tau": 0}'])
+def test_a_config_json_that_is_not_pretrains_is_not_overwritten(tmp_path, text):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(text)
+    with pytest.raises(RunFolderError, match="was not written by pretrain"): pretrain(tiny(), run, quiet=True)
+    assert (run / "config.json").read_text() == text
+
+
+@pytest.mark.parametrize("name", ["metrics.jsonl", "checkpoint.pt", "config.json"])
+def test_symbolic_links_are_never_followed(tmp_path, name):
+    run, outside = tmp_path / "run", tmp_path / "precious.txt"
+    run.mkdir()
+    outside.write_text("keep me")
+    (run / name).symlink_to(outside)
+    with pytest.raises(RunFolderError, match="is a symbolic link"): pretrain(tiny(), run, quiet=True, restart=True)
+    assert outside.read_text() == "keep me"
+
+
+def test_evaluations_of_other_weights_go_when_a_run_starts_over(finished, tmp_path):
+    run = copy_run(finished, tmp_path / "run")
+    (run / "result.json").write_text('{"old": true}')
+    (run / "linear_eval.json").write_text('{"old": true}')
+    pretrain(tiny(), run, quiet=True)  # resumes a finished run: its evaluations still hold
+    assert (run / "result.json").exists() and (run / "linear_eval.json").exists()
+    pretrain(tiny(), run, quiet=True, restart=True)
+    assert not (run / "result.json").exists() and not (run / "linear_eval.json").exists()
+
+
+def test_empty_out_is_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, err = run_main(capsys, "pretrain", "--out", "", *TINY_ARGS)
+    assert code == 2 and "must name a folder" in err
+    with pytest.raises(ValueError, match="out_dir must name a folder"): pretrain(tiny(), "")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_out_naming_a_file_is_a_sentence(tmp_path, capsys):
+    (tmp_path / "file").write_text("x")
+    code, err = run_main(capsys, "pretrain", "--out", str(tmp_path / "file"), *TINY_ARGS)
+    assert code == 1 and "is a file, not a folder" in err and "Traceback" not in err
+
+
+# ---------------------------------------------------------------- 7, 9: checked before the folder exists; sentences, not tracebacks
+
+@pytest.mark.parametrize("args, status, message", [
+    (["--image-size", "3"], 2, "image_size must be an integer >= 4 for the convnet backbone"),
+    (["--device", "tpu"], 2, "device must be 'auto', 'cpu', 'cuda' or 'cuda:N'"),
+    (["--batch-size", "5000"], 2, "training images"),
+    (["--tau", "nan"], 2, "tau must be a number > 0"),
+    (["--warmup-epochs", "5", "--epochs", "5"], 2, "warmup_epochs must be an integer in [0, epochs)"),
+    (["--threads", "0"], 2, "threads must be an integer >= 1"),
+    (["--dataset", "cifar10", "--data-root", "{root}"], 1, "cifar10 not found in"),
+])
+def test_validation_errors_leave_no_folder(tmp_path, capsys, args, status, message):
+    run = tmp_path / "run"
+    args = [a.replace("{root}", str(tmp_path / "no-data")) for a in args]
+    code, err = run_main(capsys, "pretrain", "--out", str(run), *TINY_ARGS, *args)
+    assert code == status and message in err and "Traceback" not in err, err
+    assert not run.exists()
+
+
+def test_encoder_that_cannot_take_the_images_fails_before_writing(tmp_path, monkeypatch):
+    monkeypatch.setattr(train_module, "MIN_IMAGE_SIZE", {})  # without the configuration's check, the trial embedding catches it
+    with pytest.raises(ValueError, match="cannot embed 3-pixel images"): pretrain(tiny(image_size=3), tmp_path / "run", quiet=True)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_failed_download_says_where_to_put_the_files(tmp_path, capsys, monkeypatch):
+    def offline(*a, **kw): raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
+    monkeypatch.setattr(train_module, "load_dataset", offline)
+    root = tmp_path / "data"
+    code, err = run_main(capsys, "pretrain", "--out", str(tmp_path / "run"), "--dataset", "cifar10", "--download",
+                         "--data-root", str(root), *TINY_ARGS)
+    assert code == 1 and "Traceback" not in err
+    assert "could not download cifar10: [Errno -3] Temporary failure in name resolution" in err
+    assert f"download it elsewhere and put its files in {root}" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_folder_that_cannot_be_written_is_found_before_training(finished, tmp_path, capsys, monkeypatch):
+    run = copy_run(finished, tmp_path / "run")
+    def refuse(*a, **kw): raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr(train_module.tempfile, "mkstemp", refuse)
+    started = time.time()
+    code, err = run_main(capsys, "pretrain", "--out", str(run), "--epochs", "2", *TINY_ARGS)
+    assert code == 1 and f"cannot write into {run} (Permission denied)" in err and "Traceback" not in err
+    assert time.time() - started < 30 and load_checkpoint(run / "checkpoint.pt")["epoch"] == 1
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_a_read_only_folder_is_a_sentence(finished, tmp_path, capsys):
+    run = copy_run(finished, tmp_path / "run")
+    run.chmod(0o555)
+    try:
+        code, err = run_main(capsys, "pretrain", "--out", str(run), "--epochs", "2", *TINY_ARGS)
+        assert code == 1 and "cannot write into" in err
+    finally:
+        run.chmod(0o755)
+
+
+# ---------------------------------------------------------------- 6: divergence is a runtime failure, said as such
+
+def test_divergence_is_reported_with_the_epoch_and_what_to_try(tmp_path, capsys):
+    with pytest.raises(TrainingDivergedError, match=r"training diverged at epoch 1 .*--lr, now 1e\+08.*--tau, now 0.2"):
+        pretrain(tiny(lr=1e8), tmp_path / "api", quiet=True)
+    code, err = run_main(capsys, "pretrain", "--out", str(tmp_path / "cli"), "--lr", "1e8", *TINY_ARGS)
+    assert code == 1 and "training diverged at epoch 1" in err
+    assert "usage:" not in err and "Traceback" not in err and "finite similarities" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "cli" / "checkpoint.pt").exists()  # nothing diverged is saved
+
+
+# ---------------------------------------------------------------- 7: Ctrl-C
+
+def test_ctrl_c_says_where_it_stopped_and_how_to_resume(tmp_path):
+    run = tmp_path / "run"
+    proc = cli_process("pretrain", "--out", str(run), "--epochs", "50", *TINY_ARGS)
+    try:
+        wait_for(lambda: (run / "metrics.jsonl").exists() and (run / "metrics.jsonl").read_text().count("\n") >= 1, proc=proc)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None: proc.kill()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "interrupted at epoch" in err and "run the same command to resume" in err
+    assert len(err.strip().splitlines()) == 1, err
+    done = load_checkpoint(run / "checkpoint.pt")["epoch"]
+    assert f"interrupted at epoch {done + 1} of 50" in err
+    assert not [p for p in run.iterdir() if p.name.endswith(".tmp")]
+
+
+# ---------------------------------------------------------------- 8: meaningless values
+
+def test_booleans_are_not_numbers():
+    for field in ("tau", "lr", "lam", "alpha", "momentum", "weight_decay"):
+        with pytest.raises(ValueError, match=field): PretrainConfig(**{field: True})
+    with pytest.raises(ValueError, match="lr_drops"): PretrainConfig(lr_drops=(True,))
+    pos, neg = torch.tensor([0.9, 0.5]), torch.tensor([[0.1, 0.3], [0.4, 0.0]])
+    with pytest.raises(ValueError, match="tau must be a number, got the boolean True"): contrastive_loss(pos, neg, tau=True)
+    with pytest.raises(ValueError, match="alpha must be a number"): hard_contrastive_loss(pos, neg, tau=0.2, alpha=True)
+    with pytest.raises(ValueError, match="lam must be a number"): simple_loss(pos, neg, lam=False)
+
+
+def test_a_temperature_that_requires_a_gradient_is_refused():
+    pos, neg = torch.tensor([0.9, 0.5]), torch.tensor([[0.1, 0.3], [0.4, 0.0]])
+    tau = torch.tensor(0.5, requires_grad=True)
+    with pytest.raises(ValueError, match="requires a gradient"): contrastive_loss(pos, neg, tau=tau)
+    assert contrastive_loss(pos, neg, tau=tau.detach()) == contrastive_loss(pos, neg, tau=0.5)
+
+
+def test_the_bank_loss_refuses_an_empty_batch_like_contrastive_loss():
+    bank = F.normalize(torch.randn(10, 8), dim=1)
+    with pytest.raises(ValueError, match="at least one"): contrastive_loss(torch.zeros(0), torch.zeros(0, 3), tau=0.2)
+    with pytest.raises(ValueError, match="q must hold at least one query"):
+        bank_contrastive_loss(torch.zeros(0, 8), bank, torch.zeros(0, dtype=torch.long), tau=0.2)
+    with pytest.raises(ValueError, match="q must hold at least one query"):
+        MemoryBank(10, 8).loss(torch.zeros(0, 8), torch.zeros(0, dtype=torch.long), "hard_contrastive", tau=0.2, alpha=0.5)
