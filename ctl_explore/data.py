@@ -354,18 +354,19 @@ def _start_pools(self: ImageFiles) -> None:
     if self._pool is None: self._pool = ThreadPoolExecutor(self.num_workers or min(8, os.cpu_count() or 1))
     if self._background is None: self._background = ThreadPoolExecutor(1)
 
+def _to_device(arrays: list[np.ndarray], device: torch.device, one_copy: bool) -> list[Tensor]:
+    "Decoded [H, W, 3] arrays as uint8 [3, H, W] tensors on `device`; `one_copy`: through one (pinned, on CUDA) buffer and a single transfer."
+    if not one_copy: return [torch.from_numpy(a).to(device).permute(2, 0, 1) for a in arrays]
+    offsets = np.cumsum([0] + [a.size for a in arrays]).tolist()
+    flat = torch.empty(offsets[-1], dtype=torch.uint8, pin_memory=device.type == "cuda")
+    for a, o in zip(arrays, offsets): flat[o:o + a.size] = torch.from_numpy(a.reshape(-1))
+    flat = flat.to(device, non_blocking=True)
+    return [flat[o:o + a.size].view(a.shape).permute(2, 0, 1) for a, o in zip(arrays, offsets)]
+
 @patch
 def _decode(self: ImageFiles, positions: list[int]) -> FullImages:
     arrays = list(self._pool.map(lambda i: decode_image_file(self.files[i]), positions))
-    if self.device.type == "cpu":
-        images = [torch.from_numpy(a).permute(2, 0, 1) for a in arrays]
-    else:  # one pinned buffer, one copy to the device, then a view per image
-        flat = torch.empty(sum(a.size for a in arrays), dtype=torch.uint8, pin_memory=True)
-        offsets = np.cumsum([0] + [a.size for a in arrays])
-        for a, o in zip(arrays, offsets): flat[o:o + a.size] = torch.from_numpy(a.reshape(-1))
-        flat = flat.to(self.device, non_blocking=True)
-        images = [flat[o:o + a.size].view(a.shape).permute(2, 0, 1) for a, o in zip(arrays, offsets)]
-    return FullImages(images, self.size, self.crop_fraction)
+    return FullImages(_to_device(arrays, self.device, one_copy=self.device.type != "cpu"), self.size, self.crop_fraction)
 
 @patch
 def __getitem__(self: ImageFiles, index) -> Tensor | FullImages:

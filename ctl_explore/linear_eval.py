@@ -8,24 +8,27 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .data import TwoViewAugment, load_dataset
+from .data import DATASETS, AugmentParams, ImageData, TwoViewAugment, augment_params, load_dataset
 from .models import Encoder
-from .train import PretrainConfig, _build_model, _resolve_device, embed, load_checkpoint
+from .train import PretrainConfig, _build_model, _resolve_device, embed, load_checkpoint, threads_for, write_json_atomic
 
 # %% auto #0
-__all__ = ['LinearEvalConfig', 'linear_probe', 'linear_eval']
+__all__ = ['LinearEvalConfig', 'linear_probe', 'probe_augment_params', 'augmented_linear_probe', 'linear_eval']
 
 # %% ../nbs/08_linear_eval.ipynb #4edda496
+def _is_number(v) -> bool: return isinstance(v, (int, float)) and not isinstance(v, bool)  # True is not a learning rate
+
 @dataclass
 class LinearEvalConfig:
-    "[WL21]'s linear-evaluation protocol, scaled to any epoch count."
+    "[WL21]'s linear-evaluation protocol, scaled to any epoch count; `normalize` and `augment` choose between the course's probe and the paper's code."
     epochs: int = 100
     lr: float = 30.0
     momentum: float = 0.9
@@ -34,48 +37,109 @@ class LinearEvalConfig:
     drop_factor: float = 0.2
     batch_size: int = 256
     seed: int = 0
+    normalize: bool = True   # L2-normalise the features (the course); False: the raw pooled features ([WL21]'s code)
+    augment: bool = False    # augment the training images anew every epoch and re-embed them ([WL21]'s code); False: cached features
 
     def __post_init__(self):
+        if not isinstance(self.lr_drops, (tuple, list)): raise ValueError(f"lr_drops must be a sequence of fractions, got {self.lr_drops!r}")
         self.lr_drops = tuple(self.lr_drops)
         for name in ("epochs", "batch_size"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1: raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
-        if not (math.isfinite(self.lr) and self.lr > 0): raise ValueError(f"lr must be a number > 0, got {self.lr!r}")
-        if not 0 < self.drop_factor <= 1: raise ValueError(f"drop_factor must lie in (0, 1], got {self.drop_factor!r}")
-        if not 0 <= self.momentum < 1: raise ValueError(f"momentum must lie in [0, 1), got {self.momentum!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int): raise ValueError(f"seed must be an integer, got {self.seed!r}")
+        if not (_is_number(self.lr) and math.isfinite(self.lr) and self.lr > 0): raise ValueError(f"lr must be a number > 0, got {self.lr!r}")
+        if not (_is_number(self.weight_decay) and math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise ValueError(f"weight_decay must be a finite number >= 0, got {self.weight_decay!r}")
+        if not (_is_number(self.momentum) and 0 <= self.momentum < 1): raise ValueError(f"momentum must lie in [0, 1), got {self.momentum!r}")
+        if not (_is_number(self.drop_factor) and 0 < self.drop_factor <= 1):
+            raise ValueError(f"drop_factor must lie in (0, 1], got {self.drop_factor!r}")
+        if not all(_is_number(f) and 0 < f <= 1 for f in self.lr_drops):
+            raise ValueError(f"lr_drops must be fractions of the epochs in (0, 1], got {self.lr_drops!r}")
+        for name in ("normalize", "augment"):
+            if not isinstance(getattr(self, name), bool): raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
 
     def lr_at(self, epoch: int) -> float:
         passed = sum(epoch >= round(f * self.epochs) for f in self.lr_drops)
         return self.lr * self.drop_factor ** passed
 
 # %% ../nbs/08_linear_eval.ipynb #6276b752
+def _fit_linear(
+    dim: int, n_classes: int, labels: Tensor,   # feature size, number of classes, labels [N] of the training images
+    batch_features: Callable[[Tensor], Tensor], # training-image indices [B] (on labels' device) -> their features [B, dim]
+    config: LinearEvalConfig,
+) -> torch.nn.Linear:
+    "The linear layer trained with SGD on the features of shuffled mini-batches, `config.epochs` times over the training set."
+    g = torch.Generator().manual_seed(config.seed)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        layer = torch.nn.Linear(dim, n_classes).to(labels.device)
+    opt = torch.optim.SGD(layer.parameters(), lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
+    for epoch in range(config.epochs):
+        for group in opt.param_groups: group["lr"] = config.lr_at(epoch)
+        order = torch.randperm(len(labels), generator=g).to(labels.device)
+        for start in range(0, len(order), config.batch_size):
+            idx = order[start:start + config.batch_size]
+            loss = F.cross_entropy(layer(batch_features(idx)), labels[idx])
+            opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
+    return layer
+
+@torch.no_grad()
+def _top1(layer: torch.nn.Linear, x: Tensor, y: Tensor) -> float: return (layer(x).argmax(dim=1) == y).float().mean().item()
+
 def linear_probe(
     train_x: Tensor, train_y: Tensor,  # [N, D] cached features and [N] labels of the training images
     test_x: Tensor, test_y: Tensor,    # [M, D] and [M] of the test images
     config: LinearEvalConfig = LinearEvalConfig(),
 ) -> dict:
-    "Train a linear classifier on L2-normalised features; its top-1 accuracy on train and test."
+    "Train a linear classifier on cached features (L2-normalised unless config.normalize is False); its top-1 accuracy on train and test."
     if train_x.ndim != 2 or test_x.ndim != 2 or train_x.shape[1] != test_x.shape[1]:
         raise ValueError(f"train_x and test_x must be [N, D] and [M, D], got {tuple(train_x.shape)} and {tuple(test_x.shape)}")
     if len(train_y) != len(train_x) or len(test_y) != len(test_x):
         raise ValueError("train_y and test_y must hold one label per row of train_x and test_x")
+    if config.augment:
+        raise ValueError("config.augment=True needs the images, not cached features: use augmented_linear_probe (or linear_eval)")
     n_classes = int(max(train_y.max(), test_y.max())) + 1
-    train_x, test_x = F.normalize(train_x.float(), dim=1), F.normalize(test_x.float(), dim=1)
-    g = torch.Generator().manual_seed(config.seed)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(config.seed)
-        layer = torch.nn.Linear(train_x.shape[1], n_classes).to(train_x.device)
-    opt = torch.optim.SGD(layer.parameters(), lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
-    for epoch in range(config.epochs):
-        for group in opt.param_groups: group["lr"] = config.lr_at(epoch)
-        order = torch.randperm(len(train_x), generator=g).to(train_x.device)
-        for start in range(0, len(order), config.batch_size):
-            idx = order[start:start + config.batch_size]
-            loss = F.cross_entropy(layer(train_x[idx]), train_y[idx])
-            opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
-    with torch.no_grad():
-        accuracy = lambda x, y: (layer(x).argmax(dim=1) == y).float().mean().item()
-        return dict(top1=accuracy(test_x, test_y), train_top1=accuracy(train_x, train_y))
+    train_x, test_x = train_x.float(), test_x.float()
+    if config.normalize: train_x, test_x = F.normalize(train_x, dim=1), F.normalize(test_x, dim=1)
+    layer = _fit_linear(train_x.shape[1], n_classes, train_y, lambda idx: train_x[idx], config)
+    return dict(top1=_top1(layer, test_x, test_y), train_top1=_top1(layer, train_x, train_y))
+
+# %% ../nbs/08_linear_eval.ipynb #7835d303
+def probe_augment_params(dataset: str, size: int | None = None) -> AugmentParams:
+    "The augmentation of the probe's training images for a dataset of DATASETS (geometric only; see the table above)."
+    if dataset not in DATASETS: raise ValueError(f"dataset must be one of {DATASETS}, got {dataset!r}")
+    base = replace(augment_params(dataset, size), jitter_p=0.0, grayscale_p=0.0, blur_p=0.0)
+    if dataset == "imagenet100": return replace(base, crop_scale=(0.08, 1.0))          # RandomResizedCrop(224, (0.08, 1)) + flip
+    if dataset == "digits": return base                                                # the pretraining's crops and rotations
+    return replace(base, crop_scale=(1.0, 1.0), crop_ratio=(1.0, 1.0))                 # the whole image: flips only
+
+def augmented_linear_probe(
+    model: Encoder,                          # frozen: run in evaluation mode, never updated
+    train: ImageData, test: ImageData,       # the splits, on the model's device
+    config: LinearEvalConfig = LinearEvalConfig(augment=True),
+    params: AugmentParams | None = None,     # the training images' augmentation (default: probe_augment_params(train.name))
+    eval_batch_size: int = 512,              # images per forward pass when embedding the plain images
+) -> dict:
+    "Train a linear classifier on the frozen backbone's features of training images augmented anew every epoch; top-1 accuracy on train and test."
+    if not isinstance(model, Encoder): raise ValueError(f"model must be an Encoder, got {type(model).__name__}")
+    params = probe_augment_params(train.name) if params is None else params
+    if not isinstance(params, AugmentParams): raise ValueError(f"params must be an AugmentParams or None, got {params!r}")
+    augment = TwoViewAugment(params)
+    n_classes = int(max(train.labels.max(), test.labels.max())) + 1
+    generator = torch.Generator().manual_seed(config.seed + 1)  # the augmentation's own, apart from the shuffling's
+    scale = (lambda f: F.normalize(f, dim=1)) if config.normalize else (lambda f: f)
+
+    @torch.no_grad()
+    def batch_features(idx: Tensor) -> Tensor:
+        return scale(model.features(augment.view(train.images[idx], generator)).float())
+
+    was_training = model.training
+    model.eval()
+    try:
+        layer = _fit_linear(model.feature_dim, n_classes, train.labels, batch_features, config)
+        plain = [scale(embed(model, d.images, augment, eval_batch_size, features=True)) for d in (train, test)]
+    finally: model.train(was_training)
+    return dict(top1=_top1(layer, plain[1], test.labels), train_top1=_top1(layer, plain[0], train.labels))
 
 # %% ../nbs/08_linear_eval.ipynb #101d68a1
 def linear_eval(
@@ -92,15 +156,22 @@ def linear_eval(
     state = load_checkpoint(ckpt)
     pcfg = PretrainConfig.from_dict(state["config"])
     dev = _resolve_device(device or pcfg.device)
-    kw = dict(root=pcfg.data_root, image_size=pcfg.image_size, device=dev)
-    train, test = load_dataset(pcfg.dataset, train=True, **kw), load_dataset(pcfg.dataset, train=False, **kw)
-    model = _build_model(pcfg, train.images.shape[1], dev)
-    if not random_init: model.load_state_dict(state["model"])
-    augment = TwoViewAugment(pcfg.dataset, size=pcfg.image_size)
-    feats = [embed(model, d.images, augment, pcfg.eval_batch_size, features=True) for d in (train, test)]
-    result = dict(**linear_probe(feats[0], train.labels, feats[1], test.labels, config),
-                  pretrain_epochs=state["epoch"], random_init=random_init, config=dataclasses.asdict(config))
-    if write:
-        name = "linear_eval_random_init.json" if random_init else "linear_eval.json"
-        (run_dir / name).write_text(json.dumps(result, indent=2) + "\n")
+    threads, previous_threads = threads_for(dataclasses.replace(pcfg, device=dev.type)), torch.get_num_threads()
+    if threads is not None: torch.set_num_threads(threads)  # pretraining's choice: one thread for the ConvNet on a CPU
+    try:
+        kw = dict(root=pcfg.data_root, image_size=pcfg.image_size, device=dev)
+        if getattr(pcfg, "full_images", False): kw["full_images"] = True  # a run on ImageNet100's full-resolution files
+        train, test = load_dataset(pcfg.dataset, train=True, **kw), load_dataset(pcfg.dataset, train=False, **kw)
+        model = _build_model(pcfg, train.images.shape[1], dev)
+        if not random_init: model.load_state_dict(state["model"])
+        if config.augment:
+            probe = augmented_linear_probe(model, train, test, config, probe_augment_params(pcfg.dataset, pcfg.image_size),
+                                           pcfg.eval_batch_size)
+        else:
+            augment = TwoViewAugment(pcfg.dataset, size=pcfg.image_size)
+            feats = [embed(model, d.images, augment, pcfg.eval_batch_size, features=True) for d in (train, test)]
+            probe = linear_probe(feats[0], train.labels, feats[1], test.labels, config)
+    finally: torch.set_num_threads(previous_threads)
+    result = dict(**probe, pretrain_epochs=state["epoch"], random_init=random_init, config=dataclasses.asdict(config))
+    if write: write_json_atomic(run_dir / ("linear_eval_random_init.json" if random_init else "linear_eval.json"), result)
     return result

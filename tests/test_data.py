@@ -10,6 +10,7 @@ exists (the `no_md5` fixture). One test checks that without that bypass the libr
 from __future__ import annotations
 
 import os, pickle, struct
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,8 @@ from hypothesis import given, strategies as st
 from PIL import Image
 
 from ctl_explore.data import (
-    DATASETS, IMAGENET100_CLASSES, NORMALIZATION, AugmentParams, DatasetNotFoundError, ImageData, TwoViewAugment,
+    DATASETS, IMAGENET100_CLASSES, NORMALIZATION, AugmentParams, CorruptImageError, DatasetNotFoundError, FullImages,
+    ImageData, ImageFiles, TwoViewAugment,
     adjust_color, augment_params, augment_view, data_root, gaussian_blur, grayscale, hue_shift, image_stats,
     imagenet100_files, load_dataset, resized_crop, sample_crop_boxes, sample_view, stratified_split, to_float,
 )
@@ -494,3 +496,182 @@ def test_to_float_and_image_stats():
     assert len(mean) == 3 and abs(mean[0] - 0.4) < 1e-9
     normalised = to_float(images, mean, std)
     torch.testing.assert_close(normalised.mean(dim=(0, 2, 3)), torch.zeros(3), rtol=0, atol=1e-6)
+
+
+# ---------------------------------------------------------------- a failed download, a corrupt image file
+
+def test_download_without_a_network_says_why_and_where(tmp_path, monkeypatch):
+    "No network: urllib's URLError becomes a DatasetNotFoundError naming the dataset, the reason and the folder."
+    import urllib.error, urllib.request
+    def offline(*args, **kwargs): raise urllib.error.URLError(OSError(-3, "Temporary failure in name resolution"))
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    for name in ("cifar10", "svhn"):
+        with pytest.raises(DatasetNotFoundError) as info:
+            load_dataset(name, root=tmp_path / name, download=True)
+        message = str(info.value)
+        assert message.startswith(f"could not download {name} (URLError: ")
+        assert "name resolution" in message and f"put it in {tmp_path / name}" in message
+        assert "download it on a machine with a network" in message
+
+
+def _corrupt_folder(root: Path) -> Path:
+    "One ImageNet100 class in val/ with a good JPEG, a truncated copy of it and a text file named .JPEG."
+    wnid = IMAGENET100_CLASSES[7]
+    good = root / "val" / wnid / "good.JPEG"
+    write_jpeg(good, size=(40, 30), colour=(200, 10, 10))
+    (good.parent / "cut.JPEG").write_bytes(good.read_bytes()[:120])
+    (good.parent / "text.JPEG").write_text("this is not a JPEG")
+    return good.parent
+
+
+def test_corrupt_jpeg_is_named_by_the_loader(tmp_path):
+    folder = _corrupt_folder(tmp_path)
+    with pytest.raises(CorruptImageError) as info:
+        load_dataset("imagenet100", root=tmp_path, train=False, classes=[folder.name], image_size=8, progress=False)
+    message = str(info.value)
+    assert message.startswith("2 of 3 image files cannot be decoded")                 # every bad file, not just the first
+    assert str(folder / "cut.JPEG") in message and str(folder / "text.JPEG") in message
+    assert isinstance(info.value, DatasetNotFoundError)     # handled wherever a missing dataset is (the command line too)
+
+
+def test_corrupt_jpeg_is_named_when_decoded_on_demand(tmp_path):
+    folder = _corrupt_folder(tmp_path)
+    data = load_dataset("imagenet100", root=tmp_path, train=False, classes=[folder.name], full_images=True)
+    order = [p.name for p in data.images.files]
+    assert order == ["cut.JPEG", "good.JPEG", "text.JPEG"]
+    assert data.images[[1]].images[0].shape == (3, 30, 40)                             # the good file decodes
+    with pytest.raises(CorruptImageError, match=r"cannot decode the image file .*cut\.JPEG"):
+        data.images[[1, 0]]
+    with pytest.raises(CorruptImageError, match="2 of 3 image files cannot be decoded"):
+        data.images.verify(progress=False)
+
+
+# ---------------------------------------------------------------- ImageNet100 at full resolution ([WL21]'s protocol)
+
+FULL_SIZES = [(500, 375), (375, 500), (333, 500), (64, 48), (1024, 683)]   # width x height, as ImageNet's vary
+
+
+@pytest.fixture(scope="module")
+def imagenet_full(tmp_path_factory) -> Path:
+    "Two ImageNet100 classes, train and val, JPEGs of the sizes above: smooth random colour fields, so that crops show."
+    root = tmp_path_factory.mktemp("imagenet_full")
+    rng = np.random.default_rng(0)
+    for split in ("train", "val"):
+        for c, wnid in enumerate(IMAGENET100_CLASSES[:2]):
+            for k, (w, h) in enumerate(FULL_SIZES[c::2] if split == "val" else FULL_SIZES):
+                small = rng.integers(0, 256, (6, 8, 3), dtype=np.uint8)
+                path = root / split / wnid / f"{wnid}_{k}.JPEG"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                Image.fromarray(small).resize((w, h), Image.Resampling.BILINEAR).save(path, quality=95)
+    return root
+
+
+def _full(root, train=True, **kw):
+    return load_dataset("imagenet100", root=root, train=train, classes=IMAGENET100_CLASSES[:2], full_images=True, **kw)
+
+
+def test_full_images_keep_the_files_and_their_sizes(imagenet_full):
+    train = _full(imagenet_full)
+    assert isinstance(train.images, ImageFiles) and len(train) == 10 and train.labels.tolist() == [0] * 5 + [1] * 5
+    assert train.images.size == 224 and train.images.shape == (10, 3, None, None)       # 224-px crops by default
+    assert "image files decoded on demand (224-px crops)" in repr(train)
+    batch = train.images[torch.tensor([6, 0, 4])]                                         # an index tensor, as a training loop has
+    assert isinstance(batch, FullImages) and len(batch) == 3
+    sorted_sizes = [FULL_SIZES[k] for k in (0, 1, 2, 3, 4)]                               # files sort by name: k = 0..4
+    assert [tuple(im.shape) for im in batch.images] == [(3, h, w) for w, h in (sorted_sizes[1], sorted_sizes[0], sorted_sizes[4])]
+    assert batch.heights.tolist() == [500, 375, 683] and batch.widths.tolist() == [375, 500, 1024]
+    assert np.array_equal(batch.images[1].permute(1, 2, 0).numpy(), np.array(Image.open(train.images.files[0]).convert("RGB")))
+    assert train.images[3].shape == (3, 48, 64) and len(train.images[2:5]) == 3
+    assert _full(imagenet_full, image_size=96).images.size == 96
+    moved = train.to("cpu")
+    assert isinstance(moved.images, ImageFiles) and moved.images.device == torch.device("cpu")
+
+
+def test_full_image_views_are_224px_crops_of_the_full_image(imagenet_full):
+    "What the training loop does with a batch: index, then TwoViewAugment; [B, 3, 224, 224] normalised floats."
+    train = _full(imagenet_full)
+    augment = TwoViewAugment("imagenet100")                                               # no size: the batch's 224
+    idx = torch.randperm(len(train), generator=torch.Generator().manual_seed(0))[:8]
+    v1, v2 = augment(train.images[idx], torch.Generator().manual_seed(1))
+    assert v1.shape == v2.shape == (8, 3, 224, 224) and v1.dtype == torch.float32
+    assert ((v1 - v2).flatten(1).abs().amax(dim=1) > 1e-3).all()
+    mean, std = (torch.tensor(s).view(1, -1, 1, 1) for s in NORMALIZATION["imagenet100"])
+    assert (v1 * std + mean).min() >= -1e-5 and (v1 * std + mean).max() <= 1 + 1e-5
+    w1, _ = augment(train.images[idx], torch.Generator().manual_seed(1))
+    assert torch.equal(v1, w1)                                                            # reproducible under a seed
+    assert TwoViewAugment("imagenet100", size=160).view(train.images[idx]).shape == (8, 3, 160, 160)
+
+
+def test_full_image_crops_match_torchvision(imagenet_full):
+    "Without colour changes a view is torchvision's RandomResizedCrop (antialiased) of the full image, box for box."
+    batch = _full(imagenet_full).images[[0, 1, 2, 3, 4]]
+    params = replace(augment_params("imagenet100", 224), jitter_p=0.0, grayscale_p=0.0, blur_p=0.0, mean=(0.0,) * 3, std=(1.0,) * 3)
+    draws = sample_view(params, 5, batch.heights, batch.widths, torch.Generator().manual_seed(2))
+    view = augment_view(batch, params, draws)
+    for i, (im, (top, left, h, w)) in enumerate(zip(batch.images, draws.boxes.tolist())):
+        assert 0 <= top and top + h <= im.shape[1] + 1e-3 and 0 <= left and left + w <= im.shape[2] + 1e-3
+        ref = TF.resized_crop(im.float(), round(top), round(left), round(h), round(w), [224, 224], antialias=True) / 255
+        torch.testing.assert_close(view[i], ref.flip(-1) if draws.flip[i] else ref, rtol=0, atol=1e-4)
+
+
+def test_full_images_evaluate_on_the_resize_256_centre_224_view(imagenet_full):
+    val = _full(imagenet_full, train=False)
+    batch = val.images[0:len(val)]
+    centre = batch.center_crop()
+    assert centre.shape == (len(val), 3, 224, 224) and centre.dtype == torch.uint8
+    for i, im in enumerate(batch.images):
+        ref = TF.center_crop(TF.resize(im, [256], antialias=True), [224])                  # torchvision's evaluation transform
+        assert (centre[i].int() - ref.int()).abs().max() <= 1
+    torch.testing.assert_close(to_float(batch, *NORMALIZATION["imagenet100"]), to_float(centre, *NORMALIZATION["imagenet100"]))
+
+
+def test_full_images_prefetch_returns_the_same_batch(imagenet_full):
+    files = _full(imagenet_full).images
+    files.prefetch(torch.tensor([4, 2]))
+    ahead = files[[4, 2]]
+    assert files._pending is None                                                         # the prefetched batch was used
+    again = files[[4, 2]]
+    assert all(torch.equal(a, b) for a, b in zip(ahead.images, again.images))
+
+
+def test_one_copy_to_the_device_gives_the_same_images():
+    "The GPU path's single buffer and per-image views, checked on the CPU."
+    rng = np.random.default_rng(1)
+    arrays = [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for h, w in [(5, 7), (3, 2), (9, 4)]]
+    one = data_module._to_device(arrays, torch.device("cpu"), one_copy=True)
+    assert [tuple(t.shape) for t in one] == [(3, 5, 7), (3, 3, 2), (3, 9, 4)]
+    assert all(np.array_equal(t.permute(1, 2, 0).numpy(), a) for t, a in zip(one, arrays))
+
+
+def test_crop_boxes_per_image_lie_inside_each_image():
+    heights, widths = torch.tensor([375, 500, 48, 683] * 500), torch.tensor([500, 375, 64, 1024] * 500)
+    boxes = sample_crop_boxes(2000, heights, widths, generator=torch.Generator().manual_seed(0))
+    top, left, h, w = boxes.unbind(1)
+    assert (top >= 0).all() and (left >= 0).all() and (top + h <= heights + 1e-3).all() and (left + w <= widths + 1e-3).all()
+    area = h * w / (heights * widths)
+    assert area.min() >= 0.2 - 1e-4 and area.max() <= 1 + 1e-4
+    same = sample_crop_boxes(6, torch.full((6,), 40), torch.full((6,), 30), generator=torch.Generator().manual_seed(4))
+    assert torch.equal(same, sample_crop_boxes(6, 40, 30, generator=torch.Generator().manual_seed(4)))
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda root: load_dataset("cifar10", full_images=True), "full_images only apply to imagenet100"),
+    (lambda root: _full(root, cache_dir=root), "cache_dir does not apply with full_images=True"),
+    (lambda root: load_dataset("imagenet100", root=root, full_images="yes"), "full_images must be True or False"),
+    (lambda root: sample_view(AugmentParams(), 2, torch.tensor([4, 5]), torch.tensor([6, 7])), "params.size must be set"),
+    (lambda root: sample_crop_boxes(2, torch.tensor([4.0, 5.0]), 8), r"height must be an integer >= 1, or an integer tensor of shape \[2\]"),
+    (lambda root: sample_crop_boxes(2, 8, torch.tensor([4, 0])), "width must be an integer >= 1"),
+    (lambda root: FullImages([torch.zeros(3, 4, 4)], 8), r"images must be uint8 tensors \[C, H, W\]"),
+    (lambda root: FullImages([], 8), "images must hold at least one image"),
+    (lambda root: ImageFiles([], 224), "files must list at least one image file"),
+    (lambda root: _full(root).images[torch.tensor([0.5])], "index must be a 1-D integer tensor"),
+    (lambda root: ImageData([1, 2], torch.zeros(2, dtype=torch.int64), ["a"], "x"), "images must be a uint8 tensor .* or an ImageFiles"),
+])
+def test_full_image_bad_arguments(imagenet_full, call, message):
+    with pytest.raises(ValueError, match=message):
+        call(imagenet_full)
+
+
+def test_full_image_index_out_of_range(imagenet_full):
+    with pytest.raises(IndexError, match="index 10 is out of range for 10 image files"):
+        _full(imagenet_full).images[[0, 10]]

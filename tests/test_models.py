@@ -1,10 +1,11 @@
-"""Encoders: shapes, unit-norm output, the ResNet18 stem for 32x32 input, and argument errors."""
+"""Encoders: shapes, unit-norm output, the ResNet stems (3x3 for 32x32 input, ImageNet's 7x7 + max-pool for 224), and argument errors."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from ctl_explore.models import BACKBONES, Encoder, SmallConvNet, build_encoder, resnet18_cifar
+from ctl_explore.models import (BACKBONES, DEFAULT_STEMS, STEMS, Encoder, SmallConvNet, build_encoder, resnet, resnet18_cifar,
+                                resnet50)
 
 
 @pytest.mark.parametrize("head", ["linear", "mlp"])
@@ -46,6 +47,10 @@ def test_encoder_trains():
     (lambda: SmallConvNet(in_channels=0), "in_channels must be an integer >= 1"),
     (lambda: SmallConvNet(width=2.5), "width must be an integer >= 1"),
     (lambda: Encoder(torch.nn.Linear(3, 3)), "feature_dim"),
+    (lambda: build_encoder("resnet50", 3, stem="tiny"), "stem must be one of"),
+    (lambda: build_encoder("convnet", stem="imagenet"), "stem applies to the ResNets only"),
+    (lambda: resnet(101), "depth must be 18 or 50"),
+    (lambda: resnet50(in_channels=0), "in_channels must be an integer >= 1"),
 ])
 def test_bad_arguments(call, message):
     with pytest.raises(ValueError, match=message):
@@ -54,3 +59,37 @@ def test_bad_arguments(call, message):
 
 def test_backbone_names():
     assert BACKBONES == ("convnet", "resnet18", "resnet50")
+
+
+def _stem_output(net: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad(): return net.maxpool(net.relu(net.bn1(net.conv1(x))))
+
+
+def test_resnet50_has_the_imagenet_stem_by_default():
+    "[WL21]'s ImageNet100 network: 7x7 stride-2 convolution, then a 3x3 stride-2 max-pool: 224 -> 56 before the first stage."
+    for net in (resnet50(), build_encoder("resnet50", in_channels=3).backbone):
+        assert net.conv1.kernel_size == (7, 7) and net.conv1.stride == (2, 2) and net.conv1.padding == (3, 3)
+        assert isinstance(net.maxpool, torch.nn.MaxPool2d) and net.maxpool.stride == 2
+        assert net.stem == "imagenet" and net.feature_dim == 2048
+        assert _stem_output(net, torch.randn(1, 3, 224, 224)).shape == (1, 64, 56, 56)
+
+
+@pytest.mark.parametrize("backbone", ["resnet18", "resnet50"])
+@pytest.mark.parametrize("stem", STEMS)
+def test_either_stem_for_either_resnet(backbone, stem):
+    net = build_encoder(backbone, in_channels=1, stem=stem).backbone
+    assert net.stem == stem and net.conv1.in_channels == 1
+    size = _stem_output(net, torch.randn(1, 1, 32, 32)).shape[-1]
+    assert size == (32 if stem == "cifar" else 8)                                  # the ImageNet stem divides by 4
+    assert build_encoder(backbone, 3).backbone.stem == DEFAULT_STEMS[backbone]     # the paper's choice unless told
+
+
+def test_default_stems_keep_the_weights_initialisation():
+    "A default stem builds the same network, with the same initial weights, as before the stem became a choice."
+    import torchvision
+    torch.manual_seed(0); new = build_encoder("resnet18", in_channels=3).backbone
+    torch.manual_seed(0); old = torchvision.models.resnet18(weights=None)   # built as resnet18_cifar always built it
+    old.conv1 = torch.nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)
+    old.maxpool, old.fc = torch.nn.Identity(), torch.nn.Identity()
+    assert new.state_dict().keys() == old.state_dict().keys()
+    assert all(torch.equal(new.state_dict()[k], old.state_dict()[k]) for k in old.state_dict())
