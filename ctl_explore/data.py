@@ -322,6 +322,8 @@ class ImageFiles:
         if isinstance(size, bool) or not isinstance(size, int) or size < 1: raise ValueError(f"size must be an integer >= 1, got {size!r}")
         if num_workers is not None and (isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1):
             raise ValueError(f"num_workers must be an integer >= 1 or None, got {num_workers!r}")
+        if not (isinstance(crop_fraction, (int, float)) and 0 < crop_fraction <= 1):
+            raise ValueError(f"crop_fraction must lie in (0, 1], got {crop_fraction!r}")
         self.size, self.device, self.num_workers, self.crop_fraction = size, torch.device(device), num_workers, crop_fraction
         self._pool = self._background = None  # thread pools, made on first use
         self._pending = None                  # (positions, future) of a prefetched batch

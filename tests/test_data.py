@@ -664,6 +664,7 @@ def test_crop_boxes_per_image_lie_inside_each_image():
     (lambda root: FullImages([torch.zeros(3, 4, 4)], 8), r"images must be uint8 tensors \[C, H, W\]"),
     (lambda root: FullImages([], 8), "images must hold at least one image"),
     (lambda root: ImageFiles([], 224), "files must list at least one image file"),
+    (lambda root: ImageFiles(["a.JPEG"], 224, crop_fraction=1.5), r"crop_fraction must lie in \(0, 1\]"),
     (lambda root: _full(root).images[torch.tensor([0.5])], "index must be a 1-D integer tensor"),
     (lambda root: ImageData([1, 2], torch.zeros(2, dtype=torch.int64), ["a"], "x"), "images must be a uint8 tensor .* or an ImageFiles"),
 ])

@@ -200,3 +200,36 @@ def test_linear_eval_with_the_papers_options(run_dir):
     assert hashlib.sha256(ckpt.read_bytes()).hexdigest() == digest                    # the run's checkpoint untouched
     baseline = linear_eval(run_dir, LinearEvalConfig(epochs=3, augment=True), random_init=True, write=False)
     assert 0 <= baseline["top1"] <= 1
+
+
+# ---------------------------------------------------------------- ImageNet100 at full resolution, end to end
+
+def test_full_images_through_pretrain_and_linear_eval(tmp_path, monkeypatch):
+    "The training loop and both probes take ImageNet100's files decoded per batch (the switch lesson 07 would make)."
+    import functools
+    import numpy as np
+    from PIL import Image
+    import ctl_explore.linear_eval as linear_eval_module
+    import ctl_explore.train as train_module
+    from ctl_explore.data import IMAGENET100_CLASSES, ImageFiles
+    rng, classes = np.random.default_rng(0), list(IMAGENET100_CLASSES[:2])
+    for split, per_class in (("train", 6), ("val", 3)):
+        for wnid in classes:
+            for k in range(per_class):
+                path = tmp_path / "imagenet" / split / wnid / f"{k}.JPEG"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                size = [(120, 90), (90, 120), (200, 150)][k % 3]
+                Image.fromarray(rng.integers(0, 256, (6, 8, 3), dtype=np.uint8)).resize(size).save(path)
+    loaded = []
+    def full_images(*args, **kwargs):
+        data = load_dataset(*args, full_images=True, classes=classes, **kwargs)
+        loaded.append(data); return data
+    monkeypatch.setattr(train_module, "load_dataset", full_images)
+    monkeypatch.setattr(linear_eval_module, "load_dataset", full_images)
+    cfg = PretrainConfig(dataset="imagenet100", data_root=str(tmp_path / "imagenet"), image_size=32, width=4, out_dim=16,
+                         batch_size=8, epochs=2, knn_k=5, device="cpu")
+    last = pretrain(cfg, tmp_path / "run", quiet=True)
+    assert last["epoch"] == 2 and all(math.isfinite(last[k]) for k in ("loss", "uniformity", "knn_accuracy"))
+    assert loaded and all(isinstance(d.images, ImageFiles) and d.images.size == 32 for d in loaded)
+    for probe in (LinearEvalConfig(epochs=2), LinearEvalConfig(epochs=2, augment=True, normalize=False)):
+        assert 0 <= linear_eval(tmp_path / "run", probe, write=False)["top1"] <= 1
