@@ -93,7 +93,12 @@ class PretrainConfig:
     eval_every: int = 1                # measure the embedding every this many epochs, and after the last one
 
     def __post_init__(self):
+        if not isinstance(self.lr_drops, (tuple, list)): raise ValueError(f"lr_drops must be a sequence of fractions, got {self.lr_drops!r}")
         self.lr_drops = tuple(self.lr_drops)
+        for name in ("download", "compile"):
+            if not isinstance(getattr(self, name), bool): raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.data_root is not None and not isinstance(self.data_root, str):
+            raise ValueError(f"data_root must be a folder's name (a str) or None, got {self.data_root!r}")
         choices = dict(dataset=DATASETS, backbone=BACKBONES, norm=NORMS, head=HEADS, loss=PRETRAIN_LOSSES,
                        negatives=NEGATIVES, precision=PRECISIONS, bank_precision=PRECISIONS)
         for name, allowed in choices.items():

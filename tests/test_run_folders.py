@@ -356,6 +356,9 @@ def test_booleans_are_not_numbers():
     for field in ("tau", "lr", "lam", "alpha", "momentum", "weight_decay"):
         with pytest.raises(ValueError, match=field): PretrainConfig(**{field: True})
     with pytest.raises(ValueError, match="lr_drops"): PretrainConfig(lr_drops=(True,))
+    with pytest.raises(ValueError, match="lr_drops must be a sequence"): PretrainConfig(lr_drops=0.8)
+    with pytest.raises(ValueError, match="download must be True or False"): PretrainConfig(download="yes")
+    with pytest.raises(ValueError, match="epochs must be an integer"): PretrainConfig(epochs=True)
     pos, neg = torch.tensor([0.9, 0.5]), torch.tensor([[0.1, 0.3], [0.4, 0.0]])
     with pytest.raises(ValueError, match="tau must be a number, got the boolean True"): contrastive_loss(pos, neg, tau=True)
     with pytest.raises(ValueError, match="alpha must be a number"): hard_contrastive_loss(pos, neg, tau=0.2, alpha=True)
