@@ -84,11 +84,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "and HardSimple losses, over several seeds; write results.csv/json and a self-contained report.html. "
                         "Finished runs in the output folder are reused, so an interrupted study continues where it stopped.")
     st.add_argument("--preset", default="digits", choices=tuple(PRESETS),
-                    help="digits: the embedded default, about 15 minutes on 2 CPU cores; smoke: seconds, for tests; "
+                    help="digits: the embedded default, within 15 minutes on 2 CPU cores (benchmarks/results/study.md); smoke: seconds, for tests; "
                          "*-paper: [WL21]'s settings for CUDA machines (default: digits)")
     st.add_argument("--out", type=Path, default=None, help="output folder (default: study-<preset>)")
     st.add_argument("--device", default=None, help="override the preset's device (auto, cpu, cuda)")
     st.add_argument("--quiet", action="store_true", help="no progress bar")
+    st.add_argument("--workers", type=int, default=None, help="parallel worker processes, each training whole runs (default: "
+                    "one per CPU core, one thread each, for the ConvNet presets; one per GPU for the CUDA presets). Several "
+                    "studies, e.g. a cluster's job array, may share one --out: a run is never trained by two at once")
     p = sub.add_parser("pretrain", help="pretrain an encoder with a contrastive loss", description=
                        "Pretrain an encoder as in [WL21] into --out; run it again to resume from its checkpoint.")
     p.add_argument("--out", required=True, type=_folder, help="run folder (config.json, metrics.jsonl, checkpoint.pt): new, "
@@ -119,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     "Entry point of the `ctl-explore` command."
     from ctl_explore.data import DatasetNotFoundError
     from ctl_explore.linear_eval import LinearEvalConfig, linear_eval
+    from ctl_explore.study import StudyError
     from ctl_explore.train import pretrain
     parser = build_parser()
     args = vars(parser.parse_args(argv))
@@ -127,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         if command == "study":
             from ctl_explore.study import run_study, write_report
             out = args["out"] or Path(f"study-{args['preset']}")
-            rows = run_study(args["preset"], out, quiet=args["quiet"], device=args["device"])
+            rows = run_study(args["preset"], out, quiet=args["quiet"], device=args["device"], workers=args["workers"])
             report = write_report(rows, out, args["preset"])
             print(f"{len(rows)} runs; results in {out / 'results.csv'}; report: {report}")
         elif command == "pretrain":
@@ -145,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except ValueError as e:  # a value the options describe is wrong: a usage error (exit status 2)
         parser.error(str(e))
-    except (CheckpointError, RunFolderError, TrainingDivergedError, DatasetNotFoundError, OSError) as e:  # runtime failures
+    except (CheckpointError, RunFolderError, TrainingDivergedError, DatasetNotFoundError, StudyError, OSError) as e:  # runtime failures
         print(f"ctl-explore: error: {_sentence(e)}", file=sys.stderr)
         return 1
     return 0
