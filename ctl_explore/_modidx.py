@@ -339,6 +339,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                    'ctl_explore.study._fitted_change': ('temperature_study.html#_fitted_change', 'ctl_explore/study.py'),
                                    'ctl_explore.study._hard_simple_alpha': ( 'temperature_study.html#_hard_simple_alpha',
                                                                              'ctl_explore/study.py'),
+                                   'ctl_explore.study._probe_text': ('temperature_study.html#_probe_text', 'ctl_explore/study.py'),
                                    'ctl_explore.study._ranks': ('temperature_study.html#_ranks', 'ctl_explore/study.py'),
                                    'ctl_explore.study._scale': ('temperature_study.html#_scale', 'ctl_explore/study.py'),
                                    'ctl_explore.study._threads': ('temperature_study.html#_threads', 'ctl_explore/study.py'),

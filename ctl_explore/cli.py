@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .data import DATASETS
 from .losses import FEATURE_LOSS_NAMES, LOSS_NAMES
-from .models import BACKBONES, HEADS, NORMS
+from .models import BACKBONES, HEADS, NORMS, STEMS
 from .train import (NEGATIVES, PRECISIONS, PRETRAIN_LOSSES, CheckpointError, PretrainConfig, RunFolderError,
                                TrainingDivergedError, TrainingInterrupted)
 
@@ -27,6 +27,8 @@ PRETRAIN_HELP = {
     "download": "download cifar10 / cifar100 / svhn if missing",
     "image_size": "side of the images in pixels (default: 16 digits, 32 CIFAR/SVHN, 64 ImageNet100)",
     "backbone": f"encoder backbone: {', '.join(BACKBONES)}",
+    "stem": f"the ResNets' stem: {', '.join(STEMS)} (default: cifar for resnet18, imagenet for resnet50, as [WL21])",
+    "full_images": "imagenet100: random resized 224-px crops of the full-resolution files, as [WL21] (default: a pre-decoded square tensor)",
     "width": "base width of the small ConvNet",
     "norm": f"the ConvNet's normalisation: {', '.join(NORMS)} (group makes multi-process CPU runs exact)",
     "head": f"projection head: {', '.join(HEADS)}",
@@ -64,7 +66,7 @@ def _add_config_options(parser: argparse.ArgumentParser, cls, helps: dict) -> No
         if isinstance(default, bool): parser.add_argument(flag, action=argparse.BooleanOptionalAction, **kw)
         elif isinstance(default, tuple): parser.add_argument(flag, nargs="+", type=float, metavar="F", **kw)
         else:
-            kind = {"image_size": int, "data_root": str}.get(f.name, type(default))
+            kind = {"image_size": int, "data_root": str, "stem": str}.get(f.name, type(default))
             parser.add_argument(flag, type=kind, choices=_CHOICES.get(f.name), **kw)
 
 # %% ../nbs/90_cli.ipynb #3a8f107c

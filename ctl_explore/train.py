@@ -32,7 +32,7 @@ from .data import DATASETS, DatasetNotFoundError, ImageData, TwoViewAugment, dat
 from .losses import FEATURE_LOSS_NAMES, FEATURE_LOSS_PARAMS, LOSS_NAMES, LOSS_PARAMS, apply_feature_loss
 from .memory_bank import MemoryBank, batch_loss
 from .metrics import alignment, knn_accuracy, tolerance, uniformity
-from .models import BACKBONES, HEADS, NORMS, Encoder, build_encoder
+from .models import BACKBONES, HEADS, NORMS, STEMS, Encoder, build_encoder
 
 # %% auto #0
 __all__ = ['NEGATIVES', 'PRECISIONS', 'PRETRAIN_LOSSES', 'MIN_IMAGE_SIZE', 'CHECKPOINT_FORMAT', 'STATE_KEYS', 'LOCK_NAME',
@@ -65,7 +65,9 @@ class PretrainConfig:
     data_root: str | None = None       # where the dataset's files are (default: ctl_explore.data.data_root())
     download: bool = False             # cifar10, cifar100, svhn: download if missing
     image_size: int | None = None      # default per dataset (16 for digits, 32 for CIFAR/SVHN)
+    full_images: bool = False          # imagenet100: 224-px crops of the full-resolution files, as [WL21] (lesson 04)
     backbone: str = "convnet"          # one of ctl_explore.models.BACKBONES
+    stem: str | None = None            # the ResNets' stem, one of ctl_explore.models.STEMS; None: the paper's for the backbone
     width: int = 16                    # the ConvNet's base width
     norm: str = "batch"                # the ConvNet's normalisation: "batch" or "group"
     head: str = "linear"               # projection head: "linear" ([WL21]) or "mlp" ([CLL20])
@@ -95,7 +97,7 @@ class PretrainConfig:
     def __post_init__(self):
         if not isinstance(self.lr_drops, (tuple, list)): raise ValueError(f"lr_drops must be a sequence of fractions, got {self.lr_drops!r}")
         self.lr_drops = tuple(self.lr_drops)
-        for name in ("download", "compile"):
+        for name in ("download", "compile", "full_images"):
             if not isinstance(getattr(self, name), bool): raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.data_root is not None and not isinstance(self.data_root, str):
             raise ValueError(f"data_root must be a folder's name (a str) or None, got {self.data_root!r}")
@@ -104,6 +106,10 @@ class PretrainConfig:
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        if self.full_images and self.dataset != "imagenet100":
+            raise ValueError(f"full_images applies to imagenet100 only, not {self.dataset!r}")
+        if self.stem is not None and (self.stem not in STEMS or self.backbone == "convnet"):
+            raise ValueError(f"stem must be None or one of {STEMS} for a ResNet backbone, got {self.stem!r} for {self.backbone!r}")
         if self.loss in FEATURE_LOSS_PARAMS and self.negatives != "batch":
             raise ValueError(f"loss {self.loss!r} compares the two views of each batch, so it needs negatives='batch' "
                              f"(got negatives={self.negatives!r}); the memory bank serves only {', '.join(LOSS_NAMES)}")
@@ -464,13 +470,14 @@ def _resolve_device(name: str) -> torch.device:
 def _build_model(config: PretrainConfig, in_channels: int, device: torch.device) -> Encoder:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
-        model = build_encoder(config.backbone, in_channels, config.out_dim, config.head, config.width, norm=config.norm)
+        model = build_encoder(config.backbone, in_channels, config.out_dim, config.head, config.width, norm=config.norm, stem=config.stem)
     # channels-last convolutions are about twice as fast, on the CPU as on CUDA
     return model.to(device=device, memory_format=torch.channels_last)
 
 def _load_data(config: PretrainConfig, device: torch.device, quiet: bool) -> tuple[ImageData, ImageData]:
     "The training and test splits; a failed download says so, with where to put the files instead."
-    kw = dict(root=config.data_root, image_size=config.image_size, device=device, download=config.download, progress=not quiet)
+    kw = dict(root=config.data_root, image_size=config.image_size, device=device, download=config.download, progress=not quiet,
+              **({"full_images": True} if config.full_images else {}))
     try: return load_dataset(config.dataset, train=True, **kw), load_dataset(config.dataset, train=False, **kw)
     except DatasetNotFoundError: raise
     except OSError as e:  # urllib's URLError, a refused connection, a timeout, a full disk
