@@ -347,6 +347,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                              'ctl_explore/study.py'),
                                    'ctl_explore.study._trend_of': ('temperature_study.html#_trend_of', 'ctl_explore/study.py'),
                                    'ctl_explore.study._verdict': ('temperature_study.html#_verdict', 'ctl_explore/study.py'),
+                                   'ctl_explore.study._without_restart_advice': ( 'temperature_study.html#_without_restart_advice',
+                                                                                  'ctl_explore/study.py'),
                                    'ctl_explore.study._work': ('temperature_study.html#_work', 'ctl_explore/study.py'),
                                    'ctl_explore.study._worker_start': ('temperature_study.html#_worker_start', 'ctl_explore/study.py'),
                                    'ctl_explore.study.check_run': ('temperature_study.html#check_run', 'ctl_explore/study.py'),

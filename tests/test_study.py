@@ -90,6 +90,21 @@ def test_another_configuration_in_the_folder_is_refused(smoke, tmp_path):
         run_study(wider, copy, quiet=True, workers=1)
 
 
+def test_damaged_checkpoint_stops_the_study_with_a_sentence(smoke, tmp_path):
+    out, rows, _ = smoke
+    copy = tmp_path / "S"
+    shutil.copytree(out, copy)
+    run = copy / "runs" / rows[0]["run"]
+    (run / "result.json").unlink()
+    data = bytearray((run / "checkpoint.pt").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (run / "checkpoint.pt").write_bytes(bytes(data))
+    with pytest.raises(StudyError) as caught:
+        run_study("smoke", copy, quiet=True, workers=1)
+    message = str(caught.value)
+    assert rows[0]["run"] in message and "delete" in message and "--restart" not in message and "restart=True" not in message
+
+
 @pytest.mark.parametrize("content", ["", "null", "[]", '{"run": "x"}', "{not json", "\x00\xff"])
 def test_damaged_result_is_measured_again_with_a_warning(smoke, tmp_path, content):
     out, rows, _ = smoke
@@ -167,6 +182,8 @@ def test_check_run_criteria():
     assert not check_run(knn_climbing, cfg)["converged"]
     assert check_run(collapsed, cfg)["collapsed"]
     assert not check_run(settled[:2], cfg)["converged"]  # too few measured epochs in the window to judge
+    jolted = [dict(r, uniformity=r["uniformity"] - (0.6 if r["epoch"] == 70 else 0)) for r in settled]
+    assert check_run(jolted, cfg)["converged"]  # one epoch caught mid-jolt by SGD does not decide it
 
 
 def test_trend_and_margins():
