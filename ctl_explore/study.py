@@ -434,7 +434,7 @@ def curve(summary: dict, loss: str) -> tuple[list[float], list[float], list[floa
     keys = sorted(t for (l, t) in summary if l == loss and t is not None)
     return keys, [summary[(loss, t)][0] for t in keys], [summary[(loss, t)][1] for t in keys]
 
-# %% ../nbs/09_temperature_study.ipynb #898d06d2
+# %% ../nbs/09_temperature_study.ipynb #3de204ac
 SIGNIFICANCE = 0.05
 PEAK_WINDOW = (0.1, 0.5)   # [WL21]'s best τ, 0.2–0.3, widened by one step of its τ grid on each side
 
@@ -492,16 +492,16 @@ def _verdict(directions: list[int]) -> str:
     "Each entry: +1 agrees with the paper, -1 contradicts it, 0 unclear."
     if any(d < 0 for d in directions): return "not reproduced"
     if directions and all(d > 0 for d in directions): return "reproduced"
-    return "inconclusive"
+    return "inconclusive at this scale"
 
-# %% ../nbs/09_temperature_study.ipynb #c3933121
+# %% ../nbs/09_temperature_study.ipynb #593f62b0
 @dataclass
 class Finding:
     number: int
     claim: str       # the paper's claim
-    rule: str        # how this study tests it
     measured: str    # what this study measured, in numbers
-    verdict: str     # reproduced / not reproduced / inconclusive
+    verdict: str     # reproduced / not reproduced / inconclusive at this scale
+    rule: str = ""   # how this study tests it
 
 CLAIMS = {
     1: "Uniformity rises as τ falls; tolerance rises as τ rises (Fig 4, 5).",
@@ -525,7 +525,7 @@ def _trend_of(rows: list[dict], metric: str, loss: str = "contrastive") -> Trend
     return trend([r["tau"] for r in cells], [metric_value(r, metric) for r in cells])
 
 def _finding(n: int, measured: str, directions: list[int]) -> Finding:
-    return Finding(n, CLAIMS[n], RULES[n], measured, _verdict(directions))
+    return Finding(n, CLAIMS[n], measured, _verdict(directions), rule=RULES[n])
 
 def findings(rows: list[dict]) -> list[Finding]:
     "[WL21]'s six findings, each with what the usable `rows` measured and a verdict by the rules above."
@@ -667,7 +667,7 @@ def table1(rows: list[dict]) -> list[dict]:
         out.append(dict(loss=loss, tau=t, mean=cells[t][0], std=cells[t][1], seeds=cells[t][2]))
     return out
 
-# %% ../nbs/09_temperature_study.ipynb #8af41f9d
+# %% ../nbs/09_temperature_study.ipynb #9362794f
 _WL21_SCALE = dict(dataset="CIFAR10 (also CIFAR100, SVHN, ImageNet100)", train_images="50,000", model="ResNet18", image_size="32",
                    epochs="200", steps="78,000 (200 × 390)", batch="128",
                    linear_probe="100 epochs on raw features of augmented training images (the authors' code)")
@@ -691,7 +691,7 @@ def write_report(rows: list[dict], out_dir: str | Path, preset: str | StudyPrese
     out_dir, esc = Path(out_dir), _html.escape
     p = get_preset(preset) if preset is not None else None
     found = findings(rows)
-    counts = {v: sum(f.verdict == v for f in found) for v in ("reproduced", "not reproduced", "inconclusive")}
+    counts = {v: sum(f.verdict == v for f in found) for v in ("reproduced", "not reproduced", "inconclusive at this scale")}
     dataset = rows[0]["config"]["dataset"] if rows else "?"
     figs = {"trajectories": trajectory_figure(rows), **study_figures(rows)}
     plots = {name: fig.to_html(full_html=False, include_plotlyjs=(i == 0), div_id=f"fig-{name}") for i, (name, fig) in enumerate(figs.items())}
@@ -711,7 +711,7 @@ def write_report(rows: list[dict], out_dir: str | Path, preset: str | StudyPrese
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>ctl_explore temperature study: {esc(dataset)}</title>
 <style>body{{font-family:sans-serif;max-width:1150px;margin:2em auto;}} table{{border-collapse:collapse;margin:0.5em 0}} td,th{{border:1px solid #ccc;padding:4px 8px;vertical-align:top}} .v{{font-weight:bold}} .scroll{{max-height:22em;overflow:auto}}</style>
 </head><body><h1>The temperature study on {esc(dataset)}: [WL21]'s findings tested at this scale</h1>
-<p>Wang &amp; Liu, <i>Understanding the Behaviour of Contrastive Loss</i>, CVPR 2021 [WL21], make six findings about the temperature τ. This study trains {len(rows)} runs (preset <b>{esc(p.name) if p else '?'}</b>{': ' + esc(p.note) if p and p.note else ''}) and tests each finding by a rule stated in advance. Of the six, <b>{counts['reproduced']} reproduced</b>, {counts['not reproduced']} not reproduced and {counts['inconclusive']} inconclusive <i>at this scale</i>: a verdict here speaks for these runs, not for the paper's.</p>
+<p>Wang &amp; Liu, <i>Understanding the Behaviour of Contrastive Loss</i>, CVPR 2021 [WL21], make six findings about the temperature τ. This study trains {len(rows)} runs (preset <b>{esc(p.name) if p else '?'}</b>{': ' + esc(p.note) if p and p.note else ''}) and tests each finding by a rule stated in advance. Of the six, <b>{counts['reproduced']} reproduced</b>, {counts['not reproduced']} not reproduced and {counts['inconclusive at this scale']} inconclusive <i>at this scale</i>: a verdict here speaks for these runs, not for the paper's.</p>
 <h2>Scale and regime</h2>
 <table><tr><th></th><th>this study</th><th>[WL21]</th></tr>{scale_rows}</table>
 <h2>Criteria: which runs count as evidence</h2>

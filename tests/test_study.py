@@ -242,11 +242,11 @@ def test_rules_conclude_nothing_from_noise():
     # at p < 0.05 one noise table in twenty shows a chance trend; over many, the rules must stay near that rate
     verdicts = [[f.verdict for f in findings(_table(flat=True, noise=0.02, rng_seed=s))] for s in range(40)]
     for i in range(6):
-        concluded = sum(v[i] != "inconclusive" for v in verdicts) / len(verdicts)
+        concluded = sum(v[i] != "inconclusive at this scale" for v in verdicts) / len(verdicts)
         assert concluded <= 0.15, (i + 1, concluded)
     # one seed: no spread, so no difference between cells can be told (trends over τ still can)
     one = findings(_table(agree=True, seeds=(0,)))
-    assert [one[i].verdict for i in (1, 2, 3)] == ["inconclusive"] * 3
+    assert [one[i].verdict for i in (1, 2, 3)] == ["inconclusive at this scale"] * 3
 
 
 def test_each_rule_fails_on_its_own_counterexample():
@@ -262,7 +262,7 @@ def test_each_rule_fails_on_its_own_counterexample():
     # finding 2: an arm within the noise of the peak -> inconclusive, not reproduced
     peak = np.mean([r["linear_top1"] for r in base if r["loss"] == "contrastive" and r["tau"] == 0.2])
     f2b = [dict(r, linear_top1=peak - 0.003 + 0.002 * r["seed"]) if r["loss"] == "contrastive" and r["tau"] == 1.0 else r for r in base]
-    assert findings(f2b)[1].verdict == "inconclusive"
+    assert findings(f2b)[1].verdict == "inconclusive at this scale"
     # finding 3: the hard loss's uniformity swings more than the ordinary loss's
     f3 = [dict(r, uniformity=1 + 2 * r["tau"]) if r["loss"] == "hard_contrastive" else r for r in base]
     assert findings(f3)[2].verdict == "not reproduced"
