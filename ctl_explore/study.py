@@ -66,7 +66,7 @@ def collapse_diagnostics(config: PretrainConfig, run_dir: str | Path, epochs: in
                         effective_rank=effective_rank(features), head_bias_norm=float(model.head.bias.detach().norm())))
     return out
 
-# %% ../nbs/09_temperature_study.ipynb #5054d32f
+# %% ../nbs/09_temperature_study.ipynb #5724da70
 @dataclass(frozen=True)
 class Criteria:
     "What a run must show before its numbers count as evidence (fixed before the study's verdicts were looked at)."
@@ -100,7 +100,7 @@ def check_run(history: list[dict], config: PretrainConfig, criteria: Criteria = 
                    converged=abs(du) <= criteria.uniformity_change and abs(dk) <= criteria.knn_change)
     return out
 
-# %% ../nbs/09_temperature_study.ipynb #b0be7b9e
+# %% ../nbs/09_temperature_study.ipynb #4aae6a4b
 WL21_TAUS = (0.05, 0.07, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
 
 @dataclass(frozen=True)
@@ -156,7 +156,7 @@ def get_preset(preset: str | StudyPreset) -> StudyPreset:
     if preset not in PRESETS: raise ValueError(f"preset must be one of {tuple(PRESETS)}, got {preset!r}")
     return PRESETS[preset]
 
-# %% ../nbs/09_temperature_study.ipynb #f05080b6
+# %% ../nbs/09_temperature_study.ipynb #18101562
 def _hard_simple_alpha(p: StudyPreset, negatives: int) -> float:
     "The α that keeps HardSimple's `hard_simple_k` nearest of `negatives` (the hard loss's α when unset or the bank is too small)."
     k = p.hard_simple_k
@@ -185,7 +185,7 @@ def run_name(config: PretrainConfig) -> str:
     if config.loss in ("simple", "hard_simple"): return f"{config.loss}-seed{config.seed}"
     return f"{config.loss}-tau{config.tau:g}-seed{config.seed}"
 
-# %% ../nbs/09_temperature_study.ipynb #06ed4450
+# %% ../nbs/09_temperature_study.ipynb #1d401555
 def neighbour_purity(z: torch.Tensor, labels: torch.Tensor, k: int = 10) -> float:
     "Mean share of each row's `k` most similar other rows of `z` [N, d] that have its label."
     if z.ndim != 2 or len(z) != len(labels) or not 1 <= k < len(z):
@@ -195,7 +195,7 @@ def neighbour_purity(z: torch.Tensor, labels: torch.Tensor, k: int = 10) -> floa
     nearest = sims.topk(k, dim=1).indices
     return float((labels[nearest] == labels[:, None]).float().mean())
 
-# %% ../nbs/09_temperature_study.ipynb #2f0db3ff
+# %% ../nbs/09_temperature_study.ipynb #45413963
 RESULT_FORMAT = "ctl_explore.study-result/2"   # bumped whenever a row's meaning changes: older rows are measured again
 RESULT_KEYS = ("run", "loss", "tau", "alpha", "lam", "seed", "linear_top1", "uniformity", "tolerance", "alignment",
                "pos_similarity", "top10_negatives", "neighbour_purity", "n_train", "n_test", "converged", "collapsed",
@@ -245,7 +245,7 @@ def measure_run(run_dir: str | Path, linear_epochs: int = 100, criteria: Criteri
                 trajectory=[{k: h[k] for k in TRAJECTORY_KEYS} for h in history if "uniformity" in h],
                 config=json.loads(json.dumps(config.to_dict())), result_format=RESULT_FORMAT)  # as results.json will hold it
 
-# %% ../nbs/09_temperature_study.ipynb #d6eb5e37
+# %% ../nbs/09_temperature_study.ipynb #26f3af10
 class StudyError(RuntimeError):
     "A study folder that holds runs of another configuration, or a run that cannot be trained or measured."
 
@@ -274,7 +274,7 @@ def saved_row(run_dir: str | Path, config: PretrainConfig) -> dict | None:
                          "delete that folder, or give the study another output folder (--out)")
     return row
 
-# %% ../nbs/09_temperature_study.ipynb #44612a08
+# %% ../nbs/09_temperature_study.ipynb #06b75dc0
 def _train_and_measure(config: PretrainConfig, run_dir: Path, probe: dict, threads: int | None = None) -> dict | None:
     "The run's row: reused if valid, else trained (resuming) and measured, all under the run folder's lock; None if another writer holds it."
     try:
@@ -313,7 +313,7 @@ def _work(config_dict: dict, run_dir: str, probe: dict) -> dict | None:
     config = PretrainConfig.from_dict(config_dict)
     return _train_and_measure(config, Path(run_dir), probe, threads_for(config))
 
-# %% ../nbs/09_temperature_study.ipynb #9ef0b979
+# %% ../nbs/09_temperature_study.ipynb #b189bd88
 def default_workers(preset: str | StudyPreset) -> int:
     "Worker processes for a study: one per CUDA device on a CUDA preset, one per CPU core (each with one thread) for the small ConvNet, else 1."
     p = get_preset(preset)
@@ -412,7 +412,7 @@ def load_results(path: str | Path) -> list[dict]:
         raise StudyError(f"{path} does not hold a study's rows (a list of results with {', '.join(RESULT_KEYS)})")
     return rows
 
-# %% ../nbs/09_temperature_study.ipynb #35be1b2e
+# %% ../nbs/09_temperature_study.ipynb #7fa327e2
 def usable(rows: list[dict]) -> list[dict]:
     "The rows that count as evidence: converged and not collapsed."
     return [r for r in rows if r.get("converged") and not r.get("collapsed")]
@@ -434,7 +434,7 @@ def curve(summary: dict, loss: str) -> tuple[list[float], list[float], list[floa
     keys = sorted(t for (l, t) in summary if l == loss and t is not None)
     return keys, [summary[(loss, t)][0] for t in keys], [summary[(loss, t)][1] for t in keys]
 
-# %% ../nbs/09_temperature_study.ipynb #3de204ac
+# %% ../nbs/09_temperature_study.ipynb #c3f96524
 SIGNIFICANCE = 0.05
 PEAK_WINDOW = (0.1, 0.5)   # [WL21]'s best τ, 0.2–0.3, widened by one step of its τ grid on each side
 
@@ -494,7 +494,7 @@ def _verdict(directions: list[int]) -> str:
     if directions and all(d > 0 for d in directions): return "reproduced"
     return "inconclusive at this scale"
 
-# %% ../nbs/09_temperature_study.ipynb #593f62b0
+# %% ../nbs/09_temperature_study.ipynb #0c5e5dcb
 @dataclass
 class Finding:
     number: int
@@ -587,7 +587,7 @@ def findings(rows: list[dict]) -> list[Finding]:
     out.append(_finding(6, f"neighbour purity: {c}", [c.direction(+1)]))
     return out
 
-# %% ../nbs/09_temperature_study.ipynb #2b5697b0
+# %% ../nbs/09_temperature_study.ipynb #94df778c
 LOSS_STYLE = {"contrastive": dict(name="contrastive (Eq 1)", color="#1f77b4"),
               "hard_contrastive": dict(name="hard contrastive (Eq 9)", color="#d62728")}
 
@@ -667,7 +667,7 @@ def table1(rows: list[dict]) -> list[dict]:
         out.append(dict(loss=loss, tau=t, mean=cells[t][0], std=cells[t][1], seeds=cells[t][2]))
     return out
 
-# %% ../nbs/09_temperature_study.ipynb #9362794f
+# %% ../nbs/09_temperature_study.ipynb #9e279785
 _WL21_SCALE = dict(dataset="CIFAR10 (also CIFAR100, SVHN, ImageNet100)", train_images="50,000", model="ResNet18", image_size="32",
                    epochs="200", steps="78,000 (200 × 390)", batch="128",
                    linear_probe="100 epochs on raw features of augmented training images (the authors' code)")
