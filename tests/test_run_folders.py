@@ -335,7 +335,10 @@ def test_divergence_is_reported_with_the_epoch_and_what_to_try(tmp_path, capsys)
 
 def test_ctrl_c_says_where_it_stopped_and_how_to_resume(tmp_path):
     run = tmp_path / "run"
-    proc = cli_process("pretrain", "--out", str(run), "--epochs", "50", *TINY_ARGS)
+    # a shell without job control starts background jobs with SIGINT ignored, and Python keeps an ignored SIGINT ignored:
+    # give the child the default disposition, as a terminal would
+    proc = cli_process("pretrain", "--out", str(run), "--epochs", "500", *TINY_ARGS,
+                       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         wait_for(lambda: (run / "metrics.jsonl").exists() and (run / "metrics.jsonl").read_text().count("\n") >= 1, proc=proc)
         proc.send_signal(signal.SIGINT)
@@ -346,7 +349,7 @@ def test_ctrl_c_says_where_it_stopped_and_how_to_resume(tmp_path):
     assert "Traceback" not in err and "interrupted at epoch" in err and "run the same command to resume" in err
     assert len(err.strip().splitlines()) == 1, err
     done = load_checkpoint(run / "checkpoint.pt")["epoch"]
-    assert f"interrupted at epoch {done + 1} of 50" in err
+    assert f"interrupted at epoch {done + 1} of 500" in err
     assert not [p for p in run.iterdir() if p.name.endswith(".tmp")]
 
 
