@@ -75,8 +75,10 @@ if __name__ == "__main__":
         "wall: the whole `pretrain` call (data, training, measuring, checkpoints).", "",
         f"torch {torch.__version__}, Python {platform.python_version()}, {datetime.datetime.now().isoformat(timespec='minutes')}. "
         f"Load average before: {' '.join(f'{x:.1f}' for x in load_before)}; after: {' '.join(f'{x:.1f}' for x in load_after)}. "
-        "**This machine is shared with other agents' work (tests, studies) running at the same time**, so even the "
-        "*quiet* rows ran beside other processes; read the ratios as rough, and the load average as how busy it was.", "",
+        ("**Other work was running on the machine** (a load average above 1 before the measurement), so even the *quiet* "
+         "rows ran beside other processes; read the ratios as rough." if load_before[0] > 1 else
+         "Nothing else was running before the measurement (load average below 1); the machine may still be shared with "
+         "other virtual machines, so repeat it before trusting small differences."), "",
         "```", lscpu(), "```", "",
         "| setting | quiet: img/s | quiet: wall (s) | loaded: img/s | loaded: wall (s) | loaded / quiet (img/s) |",
         "|---|---:|---:|---:|---:|---:|",
