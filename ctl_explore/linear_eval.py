@@ -17,7 +17,7 @@ from torch import Tensor
 
 from .data import DATASETS, AugmentParams, ImageData, TwoViewAugment, augment_params, load_dataset
 from .models import Encoder
-from .train import PretrainConfig, _build_model, _resolve_device, embed, load_checkpoint, threads_for, write_json_atomic
+from .train import PretrainConfig, build_model, resolve_device, embed, load_checkpoint, threads_for, write_json_atomic
 
 # %% auto #0
 __all__ = ['LinearEvalConfig', 'linear_probe', 'probe_augment_params', 'augmented_linear_probe', 'linear_eval']
@@ -154,14 +154,14 @@ def linear_eval(
     if not ckpt.exists(): raise FileNotFoundError(f"{ckpt} does not exist: pretrain into {run_dir} first")
     state = load_checkpoint(ckpt)
     pcfg = PretrainConfig.from_dict(state["config"])
-    dev = _resolve_device(device or pcfg.device)
+    dev = resolve_device(device or pcfg.device)
     threads, previous_threads = threads_for(dataclasses.replace(pcfg, device=dev.type)), torch.get_num_threads()
     if threads is not None: torch.set_num_threads(threads)  # pretraining's choice: one thread for the ConvNet on a CPU
     try:
         kw = dict(root=pcfg.data_root, image_size=pcfg.image_size, device=dev)
         if getattr(pcfg, "full_images", False): kw["full_images"] = True  # a run on ImageNet100's full-resolution files
         train, test = load_dataset(pcfg.dataset, train=True, **kw), load_dataset(pcfg.dataset, train=False, **kw)
-        model = _build_model(pcfg, train.images.shape[1], dev)
+        model = build_model(pcfg, train.images.shape[1], dev)
         if not random_init: model.load_state_dict(state["model"])
         if config.augment:
             probe = augmented_linear_probe(model, train, test, config, probe_augment_params(pcfg.dataset, pcfg.image_size),

@@ -32,7 +32,7 @@ from .data import TwoViewAugment, load_dataset
 from .linear_eval import LinearEvalConfig, linear_eval
 from .losses import n_informative
 from .metrics import alignment, similarity_profile, tolerance, uniformity
-from .train import (CheckpointError, PretrainConfig, RunBusyError, _build_model, _resolve_device, embed,
+from .train import (CheckpointError, PretrainConfig, RunBusyError, build_model, resolve_device, embed,
                     load_checkpoint, pretrain, run_lock, threads_for, write_json_atomic)
 
 # %% auto #0
@@ -40,8 +40,8 @@ __all__ = ['CRITERIA', 'WL21_TAUS', 'PRESETS', 'RESULT_FORMAT', 'RESULT_KEYS', '
            'CLAIMS', 'RULES', 'LOSS_STYLE', 'effective_rank', 'collapse_diagnostics', 'Criteria', 'check_run',
            'StudyPreset', 'get_preset', 'study_configs', 'run_name', 'neighbour_purity', 'run_embeddings',
            'measure_run', 'StudyError', 'saved_row', 'default_workers', 'run_study', 'write_results', 'load_results',
-           'usable', 'metric_value', 'summarize', 'curve', 'Trend', 'trend', 'noise_margin', 'Finding', 'findings',
-           'study_figures', 'trajectory_figure', 'table1', 'write_report']
+           'usable', 'metric_value', 'summarize', 'curve', 'Trend', 'trend', 'noise_margin', 'direction_verdict',
+           'Finding', 'findings', 'study_figures', 'trajectory_figure', 'table1', 'write_report']
 
 # %% ../nbs/09_temperature_study.ipynb #8a4db458
 def effective_rank(x: torch.Tensor) -> float:
@@ -53,12 +53,12 @@ def effective_rank(x: torch.Tensor) -> float:
 def collapse_diagnostics(config: PretrainConfig, run_dir: str | Path, epochs: int | None = None) -> list[dict]:
     "Train `config` one epoch at a time into `run_dir` (resumable) and return, per epoch, uniformity, effective rank and the head's bias norm."
     run_dir, out = Path(run_dir), []
-    device = _resolve_device(config.device)
+    device = resolve_device(config.device)
     test = load_dataset(config.dataset, train=False, image_size=config.image_size, device=device)
     augment = TwoViewAugment(config.dataset, size=config.image_size)
     for epoch in range(1, (epochs or config.epochs) + 1):
         pretrain(config, run_dir, quiet=True, until_epoch=epoch)
-        model = _build_model(config, test.images.shape[1], device)
+        model = build_model(config, test.images.shape[1], device)
         model.load_state_dict(load_checkpoint(run_dir / "checkpoint.pt", config)["model"])
         features = embed(model, test.images, augment, features=True)
         out.append(dict(epoch=epoch, uniformity=uniformity(embed(model, test.images, augment)),
@@ -205,10 +205,10 @@ def run_embeddings(run_dir: str | Path, views: bool = False, seed: int | None = 
     "A run's test images embedded by its final encoder: `z` [N, d], `labels` [N], `config`; with `views`, two augmented views `z1`, `z2`."
     state = load_checkpoint(Path(run_dir) / "checkpoint.pt")
     config = PretrainConfig.from_dict(state["config"])
-    device = _resolve_device(config.device)
+    device = resolve_device(config.device)
     test = load_dataset(config.dataset, train=False, root=config.data_root, image_size=config.image_size, device=device,
                         **({"full_images": True} if config.full_images else {}))
-    model = _build_model(config, test.images.shape[1], device)
+    model = build_model(config, test.images.shape[1], device)
     model.load_state_dict(state["model"])
     augment = TwoViewAugment(config.dataset, size=config.image_size)
     out = dict(z=embed(model, test.images, augment, config.eval_batch_size).cpu(), labels=test.labels.cpu(), config=config,
@@ -229,7 +229,7 @@ def measure_run(run_dir: str | Path, linear_epochs: int = 100, criteria: Criteri
     config, z, history = e["config"], e["z"], e["history"]
     profile = similarity_profile(e["z1"], e["z2"], k=10)
     probe = linear_eval(run_dir, LinearEvalConfig(epochs=linear_epochs, normalize=normalize, augment=augment),
-                        device=str(_resolve_device(config.device)))
+                        device=str(resolve_device(config.device)))
     simple = config.loss in ("simple", "hard_simple")
     health = check_run(history, config, criteria)
     trained = e["wall_time_s"] if e["wall_time_s"] is not None else sum(h.get("epoch_time_s", 0.0) for h in history)
@@ -486,7 +486,7 @@ def _compare(a: float, b: float, margin: float) -> int:
     "+1 if a exceeds b by more than the margin, -1 if b exceeds a by more than it, 0 otherwise."
     return 1 if a - b > margin else -1 if b - a > margin else 0
 
-def _verdict(directions: list[int]) -> str:
+def direction_verdict(directions: list[int]) -> str:
     "Each entry: +1 agrees with the paper, -1 contradicts it, 0 unclear."
     if any(d < 0 for d in directions): return "not reproduced"
     if directions and all(d > 0 for d in directions): return "reproduced"
@@ -523,7 +523,7 @@ def _trend_of(rows: list[dict], metric: str, loss: str = "contrastive") -> Trend
     return trend([r["tau"] for r in cells], [metric_value(r, metric) for r in cells])
 
 def _finding(n: int, measured: str, directions: list[int]) -> Finding:
-    return Finding(n, CLAIMS[n], measured, _verdict(directions), rule=RULES[n])
+    return Finding(n, CLAIMS[n], measured, direction_verdict(directions), rule=RULES[n])
 
 def findings(rows: list[dict]) -> list[Finding]:
     "[WL21]'s six findings, each with what the usable `rows` measured and a verdict by the rules above."

@@ -26,7 +26,7 @@ from .data import ImageData, TwoViewAugment, image_stats, load_dataset, to_float
 from .linear_eval import LinearEvalConfig, linear_probe
 from .losses import contrastive_loss, pair_similarities
 from .models import HEADS, Encoder, _check_int, build_encoder
-from .study import Finding, _verdict
+from .study import Finding, direction_verdict
 
 # %% auto #0
 __all__ = ['EVAL_BITS', 'RANDBIT_KS', 'TAUS', 'RANDBIT_CONFIG', 'EXPERIMENTS', 'CLL20_RANDBIT_MNIST', 'TAU_COLORS', 'SCALES',
@@ -475,7 +475,7 @@ def suppression_findings(randbit_rows: list[dict], multidigits_rows: list[dict])
                          f"(random-init encoder {fmt(b, 'random_init_top1')})" for t, (a, b) in ends.items())
     d = [accuracy_direction(a["digit_top1"], b["digit_top1"], a["n_test"], b["n_test"]) for a, b in ends.values()]
     out.append(Finding(1, "A few random bits shared by the two views suppress the digit: accuracy falls as k grows (Section 4.4).",
-                       measured or "needs k = 0 and a larger k for some τ", _verdict(d)))
+                       measured or "needs k = 0 and a larger k for some τ", direction_verdict(d)))
     d = []
     for a, b in ends.values():
         d += [1 if at_chance(b["digit_top1_own_bits"], b["chance"], b["n_test"]) else -1,
@@ -483,21 +483,21 @@ def suppression_findings(randbit_rows: list[dict], multidigits_rows: list[dict])
     chance = f"; chance {max(r['chance'] for r in randbit_rows):.3f}" if randbit_rows else ""
     out.append(Finding(2, "With enough bits (15–20 in the MNIST reference) the linear accuracy falls to chance.",
                        "; ".join(f"τ={t:g}: {fmt(b, 'digit_top1_own_bits')} with own bits at k={b['k']} (random-init encoder "
-                                 f"{fmt(b, 'random_init_top1_own_bits')})" for t, (a, b) in ends.items()) + chance, _verdict(d)))
+                                 f"{fmt(b, 'random_init_top1_own_bits')})" for t, (a, b) in ends.items()) + chance, direction_verdict(d)))
     d = [1 if accuracy_direction(b["digit_top1"], b["random_init_top1"], b["n_test"], b["n_test"]) <= 0 else -1
          for a, b in ends.values()]
     out.append(Finding(3, "Enough bits fully prevent the learning of the digit: its features are no better than a random network's.",
                        "; ".join(f"τ={t:g}: {fmt(b, 'digit_top1')} vs random-init {fmt(b, 'random_init_top1')} at k={b['k']}, "
-                                 f"bit channels at zero" for t, (a, b) in ends.items()), _verdict(d)))
+                                 f"bit channels at zero" for t, (a, b) in ends.items()), direction_verdict(d)))
     if len(taus) > 1:
         lo = [r for r in randbit_rows if r["tau"] == taus[0] and r["k"] > 0]
         hi = [r for r in randbit_rows if r["tau"] == taus[-1] and r["k"] > 0]
         mean = lambda rows: sum(r["digit_top1"] for r in rows) / len(rows)
         out.append(Finding(4, "A smaller τ mitigates the suppression slightly (Appendix B.1).",
                            f"mean accuracy over k > 0: {mean(lo):.3f} at τ={taus[0]:g} vs {mean(hi):.3f} at τ={taus[-1]:g}",
-                           _verdict([_mean_direction(lo, hi, "digit_top1")])))
+                           direction_verdict([_mean_direction(lo, hi, "digit_top1")])))
     else:
-        out.append(Finding(4, "A smaller τ mitigates the suppression slightly (Appendix B.1).", "this grid ran one τ", _verdict([])))
+        out.append(Finding(4, "A smaller τ mitigates the suppression slightly (Appendix B.1).", "this grid ran one τ", direction_verdict([])))
     d4, d5, m4, m5 = [], [], [], []
     for tau in sorted({r["tau"] for r in multidigits_rows}):
         mine = _by(multidigits_rows, "scale", tau)
@@ -514,9 +514,9 @@ def suppression_findings(randbit_rows: list[dict], multidigits_rows: list[dict])
                   f"{a['random_init_small_alone_top1']:.3f} at scale 1, {b['small_alone_top1']:.3f} vs "
                   f"{b['random_init_small_alone_top1']:.3f} at scale {b['scale']:g}")
     out.append(Finding(5, "A dominant digit suppresses the small one: the small digit's accuracy falls as the big one grows, "
-                          "the big one's does not (Section 4.3).", "; ".join(m4) or "needs scale 1 and a larger scale", _verdict(d4)))
+                          "the big one's does not (Section 4.3).", "; ".join(m4) or "needs scale 1 and a larger scale", direction_verdict(d4)))
     out.append(Finding(6, "The small digit's representation degenerates to random-network performance (Section 4.3).",
-                       "; ".join(m5) or "needs scale 1 and a larger scale", _verdict(d5)))
+                       "; ".join(m5) or "needs scale 1 and a larger scale", direction_verdict(d5)))
     return out
 
 # %% ../nbs/12_feature_suppression.ipynb #0ead5f74

@@ -39,7 +39,7 @@ __all__ = ['NEGATIVES', 'PRECISIONS', 'PRETRAIN_LOSSES', 'MIN_IMAGE_SIZE', 'CHEC
            'PRETRAIN_FILES', 'DERIVED_FILES', 'RUN_FOLDER_FILES', 'METRIC_KEYS', 'TIMING_KEYS', 'PretrainConfig',
            'lr_at', 'CheckpointError', 'RunFolderError', 'RunBusyError', 'write_json_atomic', 'save_checkpoint',
            'load_checkpoint', 'run_lock', 'check_run_folder', 'embed', 'evaluates_at', 'evaluate',
-           'TrainingDivergedError', 'TrainingInterrupted', 'threads_for', 'pretrain']
+           'TrainingDivergedError', 'TrainingInterrupted', 'threads_for', 'resolve_device', 'build_model', 'pretrain']
 
 # %% ../nbs/07_pretrain.ipynb #6dbc4a4b
 NEGATIVES = ("bank", "batch")
@@ -458,7 +458,7 @@ def threads_for(config: PretrainConfig) -> int | None:
     on_cpu = config.device.startswith("cpu") or (config.device == "auto" and not torch.cuda.is_available())
     return 1 if on_cpu and config.backbone == "convnet" else None
 
-def _resolve_device(name: str) -> torch.device:
+def resolve_device(name: str) -> torch.device:
     _check_device_name(name)
     if name == "auto": return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(name)
@@ -467,7 +467,7 @@ def _resolve_device(name: str) -> torch.device:
         raise ValueError(f"device {name!r} asked for, but this machine has {torch.cuda.device_count()} CUDA device(s)")
     return device
 
-def _build_model(config: PretrainConfig, in_channels: int, device: torch.device) -> Encoder:
+def build_model(config: PretrainConfig, in_channels: int, device: torch.device) -> Encoder:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
         model = build_encoder(config.backbone, in_channels, config.out_dim, config.head, config.width, norm=config.norm, stem=config.stem)
@@ -523,7 +523,7 @@ def pretrain(
         raise ValueError(f"until_epoch must be an integer in [1, {config.epochs}] or None, got {until_epoch!r}")
     if threads is not None and (not _is_int(threads) or threads < 1):
         raise ValueError(f"threads must be an integer >= 1 or None (automatic), got {threads!r}")
-    device = _resolve_device(config.device)
+    device = resolve_device(config.device)
     threads = threads if threads is not None else threads_for(config)
     previous_threads = torch.get_num_threads()
     if threads is not None: torch.set_num_threads(threads)
@@ -564,7 +564,7 @@ def _pretrain(config: PretrainConfig, out_dir: Path, quiet: bool, restart: bool,
     train, test = _load_data(config, device, quiet)
     if len(train) < config.batch_size: raise ValueError(f"batch_size {config.batch_size} is larger than the {len(train)} training images")
     augment = TwoViewAugment(config.dataset, size=config.image_size)
-    model = _build_model(config, train.images.shape[1], device)
+    model = build_model(config, train.images.shape[1], device)
     _check_encoder_takes(model, train, augment, config)
     optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
     bank = MemoryBank(len(train), config.out_dim, config.bank_momentum, generator=torch.Generator().manual_seed(config.seed + 1),

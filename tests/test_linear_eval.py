@@ -15,7 +15,7 @@ from ctl_explore.cli import main
 from ctl_explore.data import DATASETS, TwoViewAugment, load_dataset
 from ctl_explore.linear_eval import (LinearEvalConfig, augmented_linear_probe, linear_eval, linear_probe,
                                      probe_augment_params)
-from ctl_explore.train import PretrainConfig, _build_model, load_checkpoint, pretrain
+from ctl_explore.train import PretrainConfig, build_model, load_checkpoint, pretrain
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +135,7 @@ def _model_and_data(run_dir):
     state = load_checkpoint(run_dir / "checkpoint.pt")
     pcfg = PretrainConfig.from_dict(state["config"])
     train, test = load_dataset("digits"), load_dataset("digits", train=False)
-    model = _build_model(pcfg, 1, torch.device("cpu"))
+    model = build_model(pcfg, 1, torch.device("cpu"))
     model.load_state_dict(state["model"])
     return model, train, test
 
