@@ -1,0 +1,112 @@
+"""ctl_explore.checks: each helper returns the checked value and refuses bad input with "<name> must be ..., got ..."."""
+import math
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from ctl_explore.checks import (check_bool, check_choice, check_finite, check_in_range, check_index_tensor, check_int,
+                                check_interval, check_nonnegative, check_number, check_positive, check_probability,
+                                check_tensor)
+
+
+@pytest.mark.parametrize("bad", [0, -1.5, float("nan"), float("inf"), "x", None, [1.0], True, np.bool_(True)])
+def test_check_positive_refuses(bad):
+    with pytest.raises(ValueError, match=r"^tau must be a"):
+        check_positive("tau", bad)
+
+
+def test_check_positive_refuses_a_tensor_that_needs_a_gradient():
+    with pytest.raises(ValueError, match="tau is a tensor that requires a gradient"):
+        check_positive("tau", torch.tensor(0.1, requires_grad=True))
+
+
+def test_numbers_come_back_as_floats():
+    assert check_positive("tau", torch.tensor(0.25)) == 0.25 and type(check_positive("tau", 2)) is float
+    assert check_nonnegative("lam", 0) == 0.0
+    assert check_number("x", np.float32(-2.0)) == -2.0
+    assert check_probability("p", 1) == 1.0
+    with pytest.raises(ValueError, match=r"lam must be a finite number >= 0, got -1e-09"):
+        check_nonnegative("lam", -1e-9)
+    with pytest.raises(ValueError, match="x must be a finite number"):
+        check_number("x", -math.inf)
+    with pytest.raises(ValueError, match=r"p must be a probability in \[0, 1\], got 1.01"):
+        check_probability("p", 1.01)
+    with pytest.raises(ValueError, match=r"a must be an accuracy in \[0, 1\]"):
+        check_probability("a", -0.1, "an accuracy")
+
+
+@pytest.mark.parametrize("value, low_open, high_open, ok", [
+    (0.0, False, False, True), (0.0, True, False, False), (1.0, False, True, False), (1.0, True, False, True),
+    (0.5, True, True, True), (1.5, False, False, False), (float("nan"), False, False, False)])
+def test_check_in_range_ends(value, low_open, high_open, ok):
+    if ok:
+        assert check_in_range("v", value, 0, 1, low_open, high_open) == value
+    else:
+        interval = ("(" if low_open else "[") + "0, 1" + (")" if high_open else "]")
+        with pytest.raises(ValueError, match=r"v must lie in " + re.escape(interval) + r" \(why\), got"):
+            check_in_range("v", value, 0, 1, low_open, high_open, why="why")
+
+
+def test_check_int():
+    assert check_int("k", np.int32(4)) == 4 and type(check_int("k", np.int32(4))) is int
+    assert check_int("k", -3, minimum=None) == -3
+    for bad, message in [(0, r"k must be an integer >= 1, got 0"), (2.0, r"k must be an integer >= 1, got 2.0"),
+                         (True, r"k must be an integer >= 1, got True"), ("3", "k must be an integer")]:
+        with pytest.raises(ValueError, match=message):
+            check_int("k", bad)
+    with pytest.raises(ValueError, match=r"k must be an integer in \[1, 9\], got 10"):
+        check_int("k", 10, 1, 9)
+    with pytest.raises(ValueError, match=r"k must be an integer <= 9, got 10"):
+        check_int("k", 10, None, 9)
+
+
+def test_check_choice_bool_interval():
+    assert check_choice("reduction", "none", ("mean", "sum", "none")) == "none"
+    with pytest.raises(ValueError, match=r"reduction must be one of \('mean', 'sum'\), got 'avg'"):
+        check_choice("reduction", "avg", ("mean", "sum"))
+    with pytest.raises(ValueError, match="depth must be one of"):
+        check_choice("depth", True, (1, 18))  # True == 1, but a bool is not a depth
+    assert check_bool("flag", np.bool_(False)) is False
+    with pytest.raises(ValueError, match="flag must be True or False, got 0"):
+        check_bool("flag", 0)
+    assert check_interval("scale", [0.2, 1], 0, 1) == (0.2, 1.0)
+    for bad in [(0.5, 0.2), (0.1,), 0.5, (-0.1, 0.5), ("a", 0.5)]:
+        with pytest.raises(ValueError, match=r"scale must be a pair \(lo, hi\) with 0 <= lo <= hi <= 1"):
+            check_interval("scale", bad, 0, 1)
+
+
+def test_check_tensor():
+    x = torch.zeros(2, 3)
+    assert check_tensor("neg", x, 2, "[B, K]") is x
+    with pytest.raises(TypeError, match=r"neg must be a torch.Tensor of shape \[B, K\], got ndarray"):
+        check_tensor("neg", x.numpy(), 2, "[B, K]")
+    with pytest.raises(ValueError, match=r"neg must have shape \[B, K\], got shape \(3,\)"):
+        check_tensor("neg", x[0], 2, "[B, K]")
+    with pytest.raises(ValueError, match="neg must be a floating-point tensor, got dtype torch.int64"):
+        check_tensor("neg", x.long(), 2, "[B, K]")
+    assert check_tensor("labels", x.long(), 2, floating=False).dtype == torch.int64
+
+
+def test_check_finite_counts_bad_entries_and_passes_an_overflowing_sum():
+    x = torch.zeros(3, 3)
+    x[0, 0], x[1, 2], x[2, 1] = float("nan"), float("inf"), -float("inf")
+    with pytest.raises(ValueError, match="s must hold finite similarities, but 3 of its 9 entries are NaN or infinite"):
+        check_finite("s", x, "similarities")
+    big = torch.full((8,), 3e38)
+    assert not torch.isfinite(big.sum()) and check_finite("big", big) is big
+
+
+def test_check_index_tensor():
+    out = check_index_tensor("idx", torch.tensor([3, 0], dtype=torch.int32), 2, 4)
+    assert out.dtype == torch.int64 and out.tolist() == [3, 0]
+    assert check_index_tensor("idx", torch.empty(0, dtype=torch.int64), 0, 4).shape == (0,)
+    with pytest.raises(TypeError, match=r"idx must be a torch.Tensor of shape \[2\], got list"):
+        check_index_tensor("idx", [3, 0], 2, 4)
+    with pytest.raises(ValueError, match=r"idx must be an integer tensor of shape \[2\], got torch.float32 \(2,\)"):
+        check_index_tensor("idx", torch.tensor([3.0, 0.0]), 2, 4)
+    with pytest.raises(ValueError, match=r"idx must be an integer tensor of shape \[3\]"):
+        check_index_tensor("idx", torch.tensor([3, 0]), 3, 4)
+    with pytest.raises(ValueError, match=r"idx must hold rows of the bank, in \[0, 4\), got values in \[-1, 3\]"):
+        check_index_tensor("idx", torch.tensor([3, -1]), 2, 4, "rows of the bank")
