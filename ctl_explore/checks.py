@@ -13,7 +13,8 @@ from torch import Tensor
 
 # %% auto #0
 __all__ = ['check_number', 'check_positive', 'check_nonnegative', 'check_in_range', 'check_probability', 'check_int',
-           'check_choice', 'check_bool', 'check_interval', 'check_tensor', 'check_finite', 'check_index_tensor']
+           'check_choice', 'check_bool', 'check_interval', 'check_tensor', 'check_finite', 'check_index_tensor',
+           'check_similarities', 'check_embeddings']
 
 # %% ../nbs/95_checks.ipynb #6009cf51
 def _as_float(name: str, value) -> float:
@@ -154,3 +155,23 @@ def check_index_tensor(
     if length and (int(idx.min()) < 0 or int(idx.max()) >= upper):
         raise ValueError(f"{name} must hold {what}, in [0, {upper}), got values in [{int(idx.min())}, {int(idx.max())}]")
     return idx.to(torch.int64)
+
+# %% ../nbs/95_checks.ipynb #da44bdba
+def check_similarities(
+    pos, # [B] positive similarity of each anchor
+    neg, # [B, K] negative similarities of each anchor
+) -> None:
+    "A `TypeError` or `ValueError` unless `pos` [B] and `neg` [B, K] are finite floating-point similarities of one batch, B, K >= 1."
+    check_tensor("pos", pos, 1, "[B]")
+    check_tensor("neg", neg, 2, "[B, K]")
+    if neg.shape[0] != pos.shape[0]:
+        raise ValueError(f"pos and neg must describe the same batch: pos has B={pos.shape[0]} anchors, neg has B={neg.shape[0]}")
+    if pos.shape[0] == 0: raise ValueError("pos and neg must hold at least one anchor (B >= 1), got B=0")
+    if neg.shape[1] == 0: raise ValueError("neg must hold at least one negative per anchor (K >= 1), got K=0")
+    check_finite("pos", pos, "similarities")
+    check_finite("neg", neg, "similarities")
+
+def check_embeddings(name: str, z, shape: str = "[B, d]") -> Tensor:
+    "`z` unchanged; a `TypeError` unless it is a tensor, a `ValueError` unless it is a finite floating-point matrix."
+    check_tensor(name, z, 2, shape)
+    return check_finite(name, z)

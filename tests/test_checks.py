@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from ctl_explore.checks import (check_bool, check_choice, check_finite, check_in_range, check_index_tensor, check_int,
+from ctl_explore.checks import (check_bool, check_choice, check_embeddings, check_finite, check_in_range, check_index_tensor, check_int,
                                 check_interval, check_nonnegative, check_number, check_positive, check_probability,
-                                check_tensor)
+                                check_similarities, check_tensor)
 
 
 @pytest.mark.parametrize("bad", [0, -1.5, float("nan"), float("inf"), "x", None, [1.0], True, np.bool_(True)])
@@ -110,3 +110,24 @@ def test_check_index_tensor():
         check_index_tensor("idx", torch.tensor([3, 0]), 3, 4)
     with pytest.raises(ValueError, match=r"idx must hold rows of the bank, in \[0, 4\), got values in \[-1, 3\]"):
         check_index_tensor("idx", torch.tensor([3, -1]), 2, 4, "rows of the bank")
+
+
+def test_check_similarities_and_embeddings():
+    pos, neg = torch.tensor([0.9, 0.5]), torch.tensor([[0.1, 0.3, -0.2], [0.4, 0.0, 0.2]])
+    check_similarities(pos, neg)
+    cases = [((pos, neg[:1]), ValueError, "pos and neg must describe the same batch"),
+             ((pos[:0], neg[:0]), ValueError, r"at least one anchor \(B >= 1\), got B=0"),
+             ((pos, neg[:, :0]), ValueError, r"neg must hold at least one negative per anchor \(K >= 1\), got K=0"),
+             ((pos[:, None], neg), ValueError, r"pos must have shape \[B\]"),
+             ((pos, neg.tolist()), TypeError, r"neg must be a torch.Tensor of shape \[B, K\], got list"),
+             ((pos.long(), neg), ValueError, "pos must be a floating-point tensor"),
+             ((pos, neg.masked_fill(neg > 0.35, float("inf"))), ValueError, "neg must hold finite similarities, but 1 of its 6")]
+    for args, error, message in cases:
+        with pytest.raises(error, match=message):
+            check_similarities(*args)
+    z = torch.zeros(3, 4)
+    assert check_embeddings("z", z) is z
+    with pytest.raises(ValueError, match=r"bank must have shape \[N, d\]"):
+        check_embeddings("bank", z[0], "[N, d]")
+    with pytest.raises(ValueError, match="z must hold finite values, but 1 of its 12"):
+        check_embeddings("z", z.index_fill(0, torch.tensor([1]), 0).index_put((torch.tensor(1), torch.tensor(2)), torch.tensor(float("nan"))))
