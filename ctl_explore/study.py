@@ -33,15 +33,16 @@ from .linear_eval import LinearEvalConfig, linear_eval
 from .losses import n_informative
 from .metrics import alignment, similarity_profile, tolerance, uniformity
 from .train import (CheckpointError, PretrainConfig, RunBusyError, build_model, resolve_device, embed,
-                    load_checkpoint, pretrain, run_lock, threads_for, write_json_atomic)
+                    load_checkpoint, lr_at, pretrain, run_lock, save_checkpoint, threads_for, write_json_atomic)
 
 # %% auto #0
 __all__ = ['CRITERIA', 'WL21_TAUS', 'PRESETS', 'RESULT_FORMAT', 'RESULT_KEYS', 'TRAJECTORY_KEYS', 'SIGNIFICANCE', 'PEAK_WINDOW',
            'CLAIMS', 'RULES', 'LOSS_STYLE', 'effective_rank', 'collapse_diagnostics', 'Criteria', 'check_run',
            'StudyPreset', 'get_preset', 'study_configs', 'run_name', 'neighbour_purity', 'run_embeddings',
-           'measure_run', 'StudyError', 'saved_row', 'default_workers', 'run_study', 'write_results', 'load_results',
-           'usable', 'metric_value', 'summarize', 'curve', 'Trend', 'trend', 'noise_margin', 'direction_verdict',
-           'Finding', 'findings', 'study_figures', 'trajectory_figure', 'table1', 'write_report']
+           'measure_run', 'StudyError', 'is_stretch', 'saved_row', 'first_drop', 'stretch_run', 'default_workers',
+           'run_study', 'write_results', 'load_results', 'usable', 'metric_value', 'summarize', 'curve', 'Trend',
+           'trend', 'noise_margin', 'direction_verdict', 'Finding', 'findings', 'study_figures', 'trajectory_figure',
+           'table1', 'write_report']
 
 # %% ../nbs/09_temperature_study.ipynb #8a4db458
 def effective_rank(x: torch.Tensor) -> float:
@@ -127,16 +128,31 @@ class StudyPreset:
     probe_augment: bool = False       # the probe trains on freshly augmented images each epoch ([WL21]'s code) instead of cached features
     device: str = "auto"
     precision: str = "fp32"
+    extend_epochs: int = 0            # a run whose window has not settled at the first lr drop has its schedule stretched by this many epochs
+    max_epochs: int | None = None     # ... again and again, up to this length (None: never stretched)
     note: str = ""
+
+    def __post_init__(self):
+        if isinstance(self.extend_epochs, bool) or not isinstance(self.extend_epochs, int) or self.extend_epochs < 0:
+            raise ValueError(f"extend_epochs must be an integer >= 0, got {self.extend_epochs!r}")
+        if self.extend_epochs and not (isinstance(self.max_epochs, int) and self.max_epochs >= self.epochs + self.extend_epochs):
+            raise ValueError(f"max_epochs must be an integer >= epochs + extend_epochs ({self.epochs + self.extend_epochs}) when "
+                             f"extend_epochs is set, got {self.max_epochs!r}")
+
+    @property
+    def stretch(self) -> tuple[int, int | None]:
+        "(extend_epochs, max_epochs): how a run that has not settled is lengthened (see `stretch_run`)."
+        return self.extend_epochs, self.max_epochs
 
 _PAPER = dict(epochs=200, warmup_epochs=0, hard_simple_k=4095, device="cuda", precision="bf16", probe_normalize=False, probe_augment=True)
 PRESETS = {
     "smoke": StudyPreset("smoke", width=4, epochs=3, warmup_epochs=1, taus=(0.1, 0.5), seeds=(0, 1), linear_epochs=5,
                          note="a miniature for tests: seconds, numbers meaningless"),
     "digits": StudyPreset("digits", width=8, image_size=8, epochs=200, warmup_epochs=20, eval_every=5,
-                          taus=(0.05, 0.1, 0.2, 0.5, 1.0),
+                          taus=(0.05, 0.1, 0.2, 0.5, 1.0), extend_epochs=50, max_epochs=400,
                           note="the embedded default: 36 runs of a width-8 ConvNet on 1438 digits at their native 8 × 8 pixels, "
-                               "200 epochs with a 20-epoch warm-up, chosen by the convergence criteria of lesson 09; about 10 minutes "
+                               "200 epochs with a 20-epoch warm-up (a run not yet settled at its first lr drop is stretched by 50 epochs at a "
+                               "time, up to 400), chosen by the convergence criteria of lesson 09; about 10 minutes "
                                "on 2 CPU cores (benchmarks/results/study.md)"),
     "cifar10-paper": StudyPreset("cifar10-paper", dataset="cifar10", backbone="resnet18", alpha=0.0819, **_PAPER,
                                  note="[WL21] CIFAR10: ResNet18, 200 epochs, 4095 hard negatives"),
@@ -251,8 +267,15 @@ class StudyError(RuntimeError):
 def _config_diff(saved: dict, asked: dict) -> dict:
     return {k: (saved.get(k), asked.get(k)) for k in sorted(set(saved) | set(asked)) if saved.get(k) != asked.get(k)}
 
-def saved_row(run_dir: str | Path, config: PretrainConfig) -> dict | None:
-    "The finished row in `run_dir`/result.json if it is valid and belongs to `config`; None if the run must be measured (again)."
+def is_stretch(saved: dict, asked: dict, stretch: tuple[int, int | None] = (0, None)) -> bool:
+    "Whether configuration `saved` is `asked` with its schedule stretched by whole steps of `stretch` = (extend_epochs, max_epochs)."
+    step, most = stretch
+    e0, e1 = asked.get("epochs"), saved.get("epochs")
+    return (step > 0 and most is not None and isinstance(e0, int) and isinstance(e1, int) and {**saved, "epochs": e0} == asked
+            and e0 < e1 <= most and (e1 - e0) % step == 0)
+
+def saved_row(run_dir: str | Path, config: PretrainConfig, stretch: tuple[int, int | None] = (0, None)) -> dict | None:
+    "The finished row in `run_dir`/result.json if it is valid and belongs to `config` (or a stretch of it); None if the run must be measured (again)."
     path = Path(run_dir) / "result.json"
     if not path.exists(): return None
     try: row = json.loads(path.read_text())
@@ -268,19 +291,64 @@ def saved_row(run_dir: str | Path, config: PretrainConfig) -> dict | None:
     except (TypeError, ValueError) as e:
         raise StudyError(f"{path} holds a configuration this version cannot read ({e}); delete {Path(run_dir)}, "
                          "or give the study another output folder (--out)") from None
-    if saved != asked:
+    if saved != asked and not is_stretch(saved, asked, stretch):
         raise StudyError(f"{Path(run_dir)} holds a run of another configuration (saved vs this study: {_config_diff(saved, asked)}); "
                          "delete that folder, or give the study another output folder (--out)")
     return row
 
 # %% ../nbs/09_temperature_study.ipynb #ae63c241
-def _train_and_measure(config: PretrainConfig, run_dir: Path, probe: dict, threads: int | None = None) -> dict | None:
-    "The run's row: reused if valid, else trained (resuming) and measured, all under the run folder's lock; None if another writer holds it."
+def first_drop(config: PretrainConfig) -> int:
+    "The epoch at which the run's learning rate first drops (its length when it never does): the end of the constant stretch."
+    return min((round(f * config.epochs) for f in config.lr_drops), default=config.epochs)
+
+def stretch_run(run_dir: str | Path, epochs: int) -> PretrainConfig:
+    "Lengthen the schedule of the run in `run_dir` to `epochs` (same warm-up, lr drops at the same fractions); return its new configuration."
+    path = Path(run_dir) / "checkpoint.pt"
+    state = load_checkpoint(path)
+    old = PretrainConfig.from_dict(state["config"])
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs <= old.epochs:
+        raise ValueError(f"epochs must be an integer larger than the run's {old.epochs}, got {epochs!r}")
+    new = dataclasses.replace(old, epochs=epochs)
+    changed = [e for e in range(state["epoch"]) if lr_at(old, e) != lr_at(new, e)]
+    if changed:  # only before the first drop did the trained epochs have the same learning rate under both schedules
+        raise StudyError(f"{path} has trained {state['epoch']} epochs, past its first learning-rate drop at epoch {first_drop(old)}: "
+                         f"stretching it to {epochs} epochs would change the learning rate of epochs already trained (from epoch {changed[0] + 1})")
+    save_checkpoint(path, {**state, "config": new.to_dict()})  # the checkpoint holds the truth; config.json follows it
+    write_json_atomic(Path(run_dir) / "config.json", new.to_dict())
+    return new
+
+def _current(run_dir: Path, config: PretrainConfig, stretch: tuple[int, int | None]) -> PretrainConfig:
+    "The configuration the run in `run_dir` trains under: `config`, or the stretch of it its checkpoint holds."
+    path = run_dir / "checkpoint.pt"
+    if not path.exists(): return config
+    saved = load_checkpoint(path)["config"]
+    return PretrainConfig.from_dict(saved) if is_stretch(PretrainConfig.from_dict(saved).to_dict(), config.to_dict(), stretch) else config
+
+def _settled(run_dir: Path, config: PretrainConfig, criteria: Criteria = CRITERIA) -> bool:
+    "Whether the run may finish its schedule: its window met the criteria (or it collapsed), or it is already past its first drop."
+    state = load_checkpoint(run_dir / "checkpoint.pt", config)
+    if state["epoch"] > first_drop(config): return True  # the decision was taken when it reached the drop
+    health = check_run(state["history"], config, criteria)
+    return health["converged"] or health["collapsed"]
+
+def _train(config: PretrainConfig, run_dir: Path, threads: int | None, stretch: tuple[int, int | None]) -> None:
+    "Train the run to its first lr drop; while its window has not settled and the cap allows, stretch its schedule; then finish it."
+    step, most = stretch
+    config = _current(run_dir, config, stretch)
+    while step and most is not None and config.epochs + step <= most:
+        pretrain(config, run_dir, quiet=True, threads=threads, until_epoch=first_drop(config))
+        if _settled(run_dir, config): break
+        config = stretch_run(run_dir, config.epochs + step)
+    pretrain(config, run_dir, quiet=True, threads=threads)
+
+def _train_and_measure(config: PretrainConfig, run_dir: Path, probe: dict, threads: int | None = None,
+                       stretch: tuple[int, int | None] = (0, None)) -> dict | None:
+    "The run's row: reused if valid, else trained (resuming, stretched if it has not settled) and measured, all under the run folder's lock; None if another writer holds it."
     try:
         with run_lock(run_dir):
-            row = saved_row(run_dir, config)
+            row = saved_row(run_dir, config, stretch)
             if row is not None: return row
-            try: pretrain(config, run_dir, quiet=True, threads=threads)
+            try: _train(config, run_dir, threads, stretch)
             except CheckpointError as e:
                 raise StudyError(f"run {run_dir.name}: {_without_restart_advice(e)}; the study does not start runs over by itself: "
                                  f"delete {run_dir} to train it again, or give the study another output folder (--out)") from None
@@ -307,9 +375,9 @@ def _worker_start(gpus) -> None:
     if gpus is not None: os.environ["CUDA_VISIBLE_DEVICES"] = str(gpus.get())
     torch.set_num_threads(1)
 
-def _work(config_dict: dict, run_dir: str, probe: dict) -> dict | None:
+def _work(config_dict: dict, run_dir: str, probe: dict, stretch: tuple[int, int | None] = (0, None)) -> dict | None:
     config = PretrainConfig.from_dict(config_dict)
-    return _train_and_measure(config, Path(run_dir), probe, threads_for(config))
+    return _train_and_measure(config, Path(run_dir), probe, threads_for(config), stretch)
 
 # %% ../nbs/09_temperature_study.ipynb #b189bd88
 def default_workers(preset: str | StudyPreset) -> int:
@@ -354,11 +422,11 @@ def run_study(
             busy = []
             if pool is None:
                 for i in pending:
-                    row = _train_and_measure(configs[i], out_dir / "runs" / run_name(configs[i]), probe)
+                    row = _train_and_measure(configs[i], out_dir / "runs" / run_name(configs[i]), probe, stretch=p.stretch)
                     if row is None: busy.append(i)
                     else: rows[i] = row; bar.update()
             else:
-                futures = {pool.submit(_work, configs[i].to_dict(), str(out_dir / "runs" / run_name(configs[i])), probe): i
+                futures = {pool.submit(_work, configs[i].to_dict(), str(out_dir / "runs" / run_name(configs[i])), probe, p.stretch): i
                            for i in pending}
                 for future in _as_completed(futures):
                     i, row = futures[future], future.result()
@@ -635,23 +703,29 @@ def trajectory_figure(rows: list[dict]) -> go.Figure:
                       subplot_titles=[f"{l}: {m}" for l in losses for m in ("uniformity", "kNN accuracy")])
     taus = sorted({r["tau"] for r in rows if r["tau"] is not None})
     for i, loss in enumerate(losses, 1):
-        groups: dict = {}
+        groups: dict = {}  # runs of one (τ, schedule length): a stretched run is averaged only with runs stretched as far
         for r in rows:
-            if r["loss"] == loss: groups.setdefault(r["tau"], []).append(r["trajectory"])
-        for tau, trajs in sorted(groups.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
+            if r["loss"] == loss: groups.setdefault((r["tau"], r["config"]["epochs"]), []).append(r)
+        planned = min(length for _, length in groups)
+        for (tau, length), runs in sorted(groups.items(), key=lambda kv: (-1 if kv[0][0] is None else kv[0][0], kv[0][1])):
+            trajs = [r["trajectory"] for r in runs]
             epochs = [p["epoch"] for p in trajs[0]]
             shade = 0.5 if tau is None else taus.index(tau) / max(1, len(taus) - 1)
             color = f"hsl({int(240 - 240 * shade)}, 70%, 45%)"
+            stretched = length != planned
+            name = ("no τ" if tau is None else f"τ = {tau:g}") + (f", {len(runs)} run(s) stretched to {length}" if stretched else "")
             for col, key in ((1, "uniformity"), (2, "knn_accuracy")):
                 mean = [statistics.fmean(t[j][key] for t in trajs) for j in range(len(epochs))]
-                f.add_scatter(x=epochs, y=mean, mode="lines", line=dict(color=color, width=1.5), row=i, col=col,
-                              name="no τ" if tau is None else f"τ = {tau:g}", legendgroup=str(tau), showlegend=i == 1 and col == 1)
-        config = next(r["config"] for r in rows if r["loss"] == loss)
-        end = min(round(d * config["epochs"]) for d in config["lr_drops"])
-        start = end - CRITERIA.window * (end - config["warmup_epochs"])
-        for col in (1, 2): f.add_vrect(x0=start, x1=end, fillcolor="grey", opacity=0.12, line_width=0, row=i, col=col)
+                f.add_scatter(x=epochs, y=mean, mode="lines", line=dict(color=color, width=1.5, dash="dot" if stretched else "solid"),
+                              row=i, col=col, name=name, legendgroup=str(tau), showlegend=col == 1 and (i == 1 or stretched))
+        for length in sorted({length for _, length in groups}):
+            config = {**next(r["config"] for r in rows if r["loss"] == loss), "epochs": length}
+            end = min((round(d * length) for d in config["lr_drops"]), default=length)
+            start = end - CRITERIA.window * (end - config["warmup_epochs"])
+            for col in (1, 2): f.add_vrect(x0=start, x1=end, fillcolor="grey" if length == planned else "orange", opacity=0.12,
+                                          line_width=0, row=i, col=col)
     f.update_xaxes(title="epoch", row=len(losses)); f.update_layout(height=260 * len(losses),
-        title="Convergence: uniformity and kNN accuracy during training (shaded: the criteria's window)")
+        title="Convergence: uniformity and kNN accuracy during training (shaded: the criteria's window; orange, dotted: runs stretched)")
     return f
 
 def table1(rows: list[dict]) -> list[dict]:
@@ -671,11 +745,14 @@ _WL21_SCALE = dict(dataset="CIFAR10 (also CIFAR100, SVHN, ImageNet100)", train_i
                    linear_probe="100 epochs on raw features of augmented training images (the authors' code)")
 
 def _scale(rows: list[dict]) -> dict:
-    c = rows[0]["config"]
+    c = min((r["config"] for r in rows), key=lambda c: c["epochs"])  # the planned schedule; stretched runs are counted below
     steps = c["epochs"] * (rows[0]["n_train"] // c["batch_size"])
     model = c["backbone"] + (f", width {c['width']}" if c["backbone"] == "convnet" else "")
-    return dict(dataset=c["dataset"], train_images=f"{rows[0]['n_train']:,}", model=model,
-                image_size=str(c["image_size"] or "dataset default"), epochs=f"{c['epochs']} (warm-up {c['warmup_epochs']})",
+    lengths = [r["config"]["epochs"] for r in rows]
+    stretched = sorted({e for e in lengths if e != c["epochs"]})
+    longer = f"; {sum(e != c['epochs'] for e in lengths)} run(s) not settled at the first drop stretched to {', '.join(map(str, stretched))}"
+    return dict(dataset=c["dataset"], train_images=f"{rows[0]['n_train']:,}", model=model, image_size=str(c["image_size"] or "dataset default"),
+                epochs=f"{c['epochs']} (warm-up {c['warmup_epochs']}){longer if stretched else ''}",
                 steps=f"{steps:,} ({c['epochs']} × {rows[0]['n_train'] // c['batch_size']})", batch=str(c["batch_size"]),
                 linear_probe=_probe_text(rows[0].get("probe")))
 
@@ -697,10 +774,15 @@ def write_report(rows: list[dict], out_dir: str | Path, preset: str | StudyPrese
     scale_rows = "".join(f"<tr><td>{esc(k.replace('_', ' '))}</td><td>{esc(v)}</td><td>{esc(_WL21_SCALE[k])}</td></tr>" for k, v in scale.items())
     n_ok = len(usable(rows))
     health = "".join(
-        f"<tr><td>{esc(r['run'])}</td><td>{'yes' if r['converged'] else 'NO'}</td><td>{'YES' if r['collapsed'] else 'no'}</td>"
+        f"<tr><td>{esc(r['run'])}</td><td>{r['config']['epochs']}</td><td>{'yes' if r['converged'] else 'NO'}</td><td>{'YES' if r['collapsed'] else 'no'}</td>"
         f"<td>{'' if r['uniformity_change'] is None else format(r['uniformity_change'], '+.3f')}</td>"
         f"<td>{'' if r['knn_change'] is None else format(r['knn_change'], '+.3f')}</td><td>{r['uniformity']:.3f}</td></tr>" for r in rows)
     left_out = [r["run"] for r in rows if r not in usable(rows)]
+    n_stretched = sum(r["config"]["epochs"] != min(q["config"]["epochs"] for q in rows) for r in rows)
+    stretch_note = ("" if p is None or not p.extend_epochs else
+                    f"<p>A run whose window had not settled by its first learning-rate drop trained on: its schedule stretched by "
+                    f"{p.extend_epochs} epochs at a time (the warm-up unchanged, the drops at the same fractions), up to {p.max_epochs} "
+                    f"epochs; the criteria did not change. <b>{n_stretched} of {len(rows)} runs</b> were stretched (the column epochs).</p>")
     t1 = "".join(f"<tr><td>{esc(r['loss'])}</td><td>{'' if r['tau'] is None else format(r['tau'], 'g')}</td>"
                  f"<td>{r['mean']:.4f} ± {0 if math.isnan(r['std']) else r['std']:.4f}</td><td>{r['seeds']}</td></tr>" for r in table1(rows))
     verdicts = "".join(f"<tr><td>{f.number}</td><td>{esc(f.claim)}</td><td>{esc(f.rule)}</td><td>{esc(f.measured)}</td>"
@@ -713,8 +795,8 @@ def write_report(rows: list[dict], out_dir: str | Path, preset: str | StudyPrese
 <h2>Scale and regime</h2>
 <table><tr><th></th><th>this study</th><th>[WL21]</th></tr>{scale_rows}</table>
 <h2>Criteria: which runs count as evidence</h2>
-<p>A run counts when it <b>converged</b> (over the last {c.window:.0%} of its constant-learning-rate stretch, the fitted change of uniformity is at most {c.uniformity_change} and of kNN accuracy at most {c.knn_change}) and did <b>not collapse</b> (final uniformity at least {c.collapse_floor}). <b>{n_ok} of {len(rows)} runs</b> meet both{'; left out: ' + esc(', '.join(left_out)) if left_out else ''}.</p>
-<div class="scroll"><table><tr><th>run</th><th>converged</th><th>collapsed</th><th>Δ uniformity (window)</th><th>Δ kNN (window)</th><th>final uniformity</th></tr>{health}</table></div>
+<p>A run counts when it <b>converged</b> (over the last {c.window:.0%} of its constant-learning-rate stretch, the fitted change of uniformity is at most {c.uniformity_change} and of kNN accuracy at most {c.knn_change}) and did <b>not collapse</b> (final uniformity at least {c.collapse_floor}). <b>{n_ok} of {len(rows)} runs</b> meet both{'; left out: ' + esc(', '.join(left_out)) if left_out else ''}.</p>{stretch_note}
+<div class="scroll"><table><tr><th>run</th><th>epochs</th><th>converged</th><th>collapsed</th><th>Δ uniformity (window)</th><th>Δ kNN (window)</th><th>final uniformity</th></tr>{health}</table></div>
 {plots['trajectories']}
 <h2>Against τ</h2>
 {''.join(v for k, v in plots.items() if k != 'trajectories')}

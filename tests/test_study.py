@@ -328,3 +328,80 @@ def test_report_renders_in_chromium_without_errors(smoke):
                                         "fig-neighbour_purity", "fig-accuracy"}
     assert next(d for d in drawn if d["id"] == "fig-trajectories")["traces"] >= 2, drawn  # smoke runs are all left out of the τ curves
     assert len(verdicts) == 6
+
+
+# --- runs that have not settled are stretched (train until converged, capped) --------------------------------------------
+
+STRETCHY = StudyPreset("stretchy", width=4, image_size=8, epochs=10, warmup_epochs=1, eval_every=1, taus=(0.5,), seeds=(0,),
+                       simple_losses=False, linear_epochs=2, extend_epochs=5, max_epochs=20)
+
+
+def _model(run_dir):
+    return torch.load(run_dir / "checkpoint.pt", weights_only=True)
+
+
+def test_unsettled_runs_are_stretched_up_to_the_cap(tmp_path, monkeypatch):
+    import ctl_explore.study as study
+    torch.set_num_threads(1)
+    monkeypatch.setattr(study, "_settled", lambda *a, **k: False)  # a window that never settles
+    rows = run_study(STRETCHY, tmp_path / "s", quiet=True, workers=1)
+    assert [r["config"]["epochs"] for r in rows] == [20, 20]
+    for r in rows:
+        state = _model(tmp_path / "s" / "runs" / r["run"])
+        cfg = PretrainConfig.from_dict(state["config"])
+        assert cfg.epochs == 20 and state["epoch"] == 20
+        # every epoch trained under the schedule the run ended with: stretching changed no epoch already trained
+        assert [h["lr"] for h in state["history"]] == pytest.approx([study.lr_at(cfg, e) for e in range(20)], rel=1e-12)
+        assert [p["epoch"] for p in r["trajectory"]] == list(range(1, 21))
+    # the finished, stretched rows are reused as they are: nothing trains again
+    monkeypatch.setattr(study, "pretrain", lambda *a, **k: pytest.fail("a finished stretched run was trained again"))
+    assert run_study(STRETCHY, tmp_path / "s", quiet=True, workers=1) == rows
+    # and a finished run cannot be stretched again: its epochs after the first drop had the old schedule's learning rate
+    with pytest.raises(StudyError, match="past its first learning-rate drop"):
+        study.stretch_run(tmp_path / "s" / "runs" / rows[0]["run"], 25)
+
+
+def test_settled_runs_keep_their_schedule(tmp_path, monkeypatch):
+    import ctl_explore.study as study
+    torch.set_num_threads(1)
+    monkeypatch.setattr(study, "_settled", lambda *a, **k: True)
+    rows = run_study(STRETCHY, tmp_path / "s", quiet=True, workers=1)
+    assert [r["config"]["epochs"] for r in rows] == [10, 10]
+
+
+def test_a_stretched_run_equals_one_planned_that_long(tmp_path, monkeypatch):
+    "Stretched at its first drop and resumed by the study, a run is the very run that was configured with the longer schedule."
+    import ctl_explore.study as study
+    from ctl_explore.train import pretrain
+    torch.set_num_threads(1)
+    preset = dataclasses.replace(STRETCHY, max_epochs=15)
+    asked = study_configs(preset, 1438)[0]
+    run_dir = tmp_path / "s" / "runs" / study.run_name(asked)
+    pretrain(asked, run_dir, quiet=True, until_epoch=study.first_drop(asked))   # as if killed at the first drop...
+    study.stretch_run(run_dir, 15)                                               # ...just after the stretch
+    monkeypatch.setattr(study, "_settled", lambda *a, **k: False)
+    rows = run_study(preset, tmp_path / "s", quiet=True, workers=1)
+    assert rows[0]["config"]["epochs"] == 15
+    planned = tmp_path / "planned"
+    pretrain(dataclasses.replace(asked, epochs=15), planned, quiet=True)
+    a, b = _model(run_dir), _model(planned)
+    assert a["epoch"] == b["epoch"] == 15
+    for k in b["model"]: assert torch.equal(a["model"][k], b["model"][k]), k
+    assert torch.equal(a["bank"]["features"], b["bank"]["features"])
+
+
+def test_stretch_rules():
+    from ctl_explore.study import is_stretch
+    base = PretrainConfig(epochs=200).to_dict()
+    longer = lambda e, **kw: {**base, "epochs": e, **kw}
+    assert is_stretch(longer(250), base, (50, 400)) and is_stretch(longer(400), base, (50, 400))
+    assert not is_stretch(longer(450), base, (50, 400))          # past the cap
+    assert not is_stretch(longer(230), base, (50, 400))          # not a whole step
+    assert not is_stretch(longer(250, tau=0.7), base, (50, 400))  # another run
+    assert not is_stretch(longer(250), base, (0, None))           # the preset does not stretch
+    assert not is_stretch(base, base, (50, 400))
+    with pytest.raises(ValueError, match="max_epochs must be an integer >= epochs"):
+        StudyPreset("bad", epochs=200, extend_epochs=50, max_epochs=220)
+    with pytest.raises(ValueError, match="extend_epochs must be an integer >= 0"):
+        StudyPreset("bad", extend_epochs=-5)
+    assert PRESETS["digits"].stretch == (50, 400) and PRESETS["cifar10-paper"].stretch == (0, None)
