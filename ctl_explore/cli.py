@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 from .data import DATASETS
-from .losses import FEATURE_LOSS_NAMES, LOSS_NAMES
+from .generalized import FEATURE_LOSS_NAMES
+from .losses import LOSS_NAMES
 from .models import BACKBONES, HEADS, NORMS, STEMS
 from .train import (NEGATIVES, PRECISIONS, PRETRAIN_LOSSES, CheckpointError, PretrainConfig, RunFolderError,
                                TrainingDivergedError, TrainingInterrupted)
@@ -36,7 +37,9 @@ PRETRAIN_HELP = {
     "loss": f"loss: {', '.join(LOSS_NAMES)}; or CLL20's {', '.join(FEATURE_LOSS_NAMES)} (these need --negatives batch)",
     "tau": "temperature τ (contrastive, hard_contrastive, triplet_limit, simple_limit, nt_xent, decoupled_nt_xent, align_logsumexp)",
     "alpha": "fraction of negatives kept by the hard losses (WL21: 0.0819 CIFAR, 0.0315 SVHN, 0.034 ImageNet100)",
-    "lam": "weight λ of the negatives in the simple losses, or of the distribution loss in align_logsumexp and align_swd",
+    "lam": "weight λ of the negatives in simple and hard_simple (default: WL21 Eq 7's λ = 1/K, K the negatives the loss sees: "
+           "the bank's n_train − 1 other rows or the batch's 2B − 2 other views; for hard_simple the ⌈αK⌉ it keeps), or of the "
+           "distribution loss in align_logsumexp and align_swd (default: 1)",
     "negatives": f"where negatives come from: {', '.join(NEGATIVES)} (memory bank, or the other views of the batch)",
     "bank_momentum": "memory-bank moving-average momentum",
     "bank_precision": f"memory-bank storage: {', '.join(PRECISIONS)} (bf16: faster bank similarities on CPU, rounded to ~3 digits)",
@@ -62,11 +65,12 @@ def _add_config_options(parser: argparse.ArgumentParser, cls, helps: dict) -> No
     "One --option per field of the dataclass `cls`, typed by its default value."
     for f in dataclasses.fields(cls):
         flag, default = "--" + f.name.replace("_", "-"), f.default
-        kw = dict(dest=f.name, help=f"{helps.get(f.name, f.name)} (default: {default})", default=default)
+        text = helps.get(f.name, f.name)
+        kw = dict(dest=f.name, help=text if "(default" in text else f"{text} (default: {default})", default=default)
         if isinstance(default, bool): parser.add_argument(flag, action=argparse.BooleanOptionalAction, **kw)
         elif isinstance(default, tuple): parser.add_argument(flag, nargs="+", type=float, metavar="F", **kw)
         else:
-            kind = {"image_size": int, "data_root": str, "stem": str}.get(f.name, type(default))
+            kind = {"image_size": int, "data_root": str, "stem": str, "lam": float}.get(f.name, type(default))
             parser.add_argument(flag, type=kind, choices=_CHOICES.get(f.name), **kw)
 
 # %% ../nbs/90_cli.ipynb #3a8f107c

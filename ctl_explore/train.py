@@ -29,7 +29,8 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from .data import DATASETS, DatasetNotFoundError, ImageData, TwoViewAugment, data_root, load_dataset, to_float
-from .losses import FEATURE_LOSS_NAMES, FEATURE_LOSS_PARAMS, LOSS_NAMES, LOSS_PARAMS, apply_feature_loss
+from .generalized import FEATURE_LOSS_NAMES, FEATURE_LOSS_PARAMS, apply_feature_loss
+from .losses import LOSS_NAMES, LOSS_PARAMS, n_informative
 from .memory_bank import MemoryBank, batch_loss
 from .metrics import alignment, knn_accuracy, tolerance, uniformity
 from .models import BACKBONES, HEADS, NORMS, STEMS, Encoder, build_encoder
@@ -37,9 +38,10 @@ from .models import BACKBONES, HEADS, NORMS, STEMS, Encoder, build_encoder
 # %% auto #0
 __all__ = ['NEGATIVES', 'PRECISIONS', 'PRETRAIN_LOSSES', 'MIN_IMAGE_SIZE', 'CHECKPOINT_FORMAT', 'STATE_KEYS', 'LOCK_NAME',
            'PRETRAIN_FILES', 'DERIVED_FILES', 'RUN_FOLDER_FILES', 'METRIC_KEYS', 'TIMING_KEYS', 'PretrainConfig',
-           'lr_at', 'CheckpointError', 'RunFolderError', 'RunBusyError', 'write_json_atomic', 'save_checkpoint',
-           'load_checkpoint', 'run_lock', 'check_run_folder', 'embed', 'evaluates_at', 'evaluate',
-           'TrainingDivergedError', 'TrainingInterrupted', 'threads_for', 'resolve_device', 'build_model', 'pretrain']
+           'default_lam', 'negatives_seen', 'lr_at', 'CheckpointError', 'RunFolderError', 'RunBusyError',
+           'write_json_atomic', 'save_checkpoint', 'load_checkpoint', 'run_lock', 'check_run_folder', 'embed',
+           'evaluates_at', 'evaluate', 'TrainingDivergedError', 'TrainingInterrupted', 'threads_for', 'resolve_device',
+           'build_model', 'pretrain']
 
 # %% ../nbs/07_pretrain.ipynb #6dbc4a4b
 NEGATIVES = ("bank", "batch")
@@ -49,6 +51,8 @@ MIN_IMAGE_SIZE = {"convnet": 4}    # the ConvNet halves the image twice; the Res
 
 def _is_int(v) -> bool: return isinstance(v, int) and not isinstance(v, bool)
 def _is_number(v) -> bool: return isinstance(v, (int, float)) and not isinstance(v, bool)  # True is not a temperature
+
+_LOSS_TAKES = {**LOSS_PARAMS, **FEATURE_LOSS_PARAMS}  # each loss's hyper-parameters
 
 def _check_device_name(name) -> None:
     "A `ValueError` unless `name` is 'auto' or a device torch knows of the kinds this package trains on."
@@ -75,7 +79,7 @@ class PretrainConfig:
     loss: str = "contrastive"          # one of PRETRAIN_LOSSES: LOSS_NAMES, or FEATURE_LOSS_NAMES with negatives="batch"
     tau: float = 0.2                   # temperature (contrastive, hard_contrastive, the two limits, nt_xent, decoupled_nt_xent, align_logsumexp)
     alpha: float = 0.0819              # fraction of negatives kept (hard_contrastive, hard_simple)
-    lam: float = 1.0                   # weight of the negatives (simple, hard_simple), or of the distribution loss (align_logsumexp, align_swd)
+    lam: float | None = None           # weight λ of the negatives (simple, hard_simple) or of the distribution loss (align_*); None: default_lam
     negatives: str = "bank"            # "bank": memory bank of the whole dataset; "batch": the other views of the batch
     bank_momentum: float = 0.5         # memory-bank moving-average momentum
     bank_precision: str = "fp32"       # memory-bank storage: "fp32", or "bf16" (half the memory, faster similarities on CPU)
@@ -129,7 +133,9 @@ class PretrainConfig:
             if not (_is_number(v) and math.isfinite(v) and v > 0): raise ValueError(f"{name} must be a number > 0, got {v!r}")
         for name in ("lam", "weight_decay"):
             v = getattr(self, name)
+            if name == "lam" and v is None: continue
             if not (_is_number(v) and math.isfinite(v) and v >= 0): raise ValueError(f"{name} must be a number >= 0, got {v!r}")
+        if "lam" not in _LOSS_TAKES[self.loss]: self.lam = None  # a λ the loss never reads: configs that differ only there are one run
         if not (_is_number(self.alpha) and 0 < self.alpha <= 1): raise ValueError(f"alpha must lie in (0, 1], got {self.alpha!r}")
         for name in ("momentum", "bank_momentum"):
             v = getattr(self, name)
@@ -139,9 +145,11 @@ class PretrainConfig:
         if not _is_int(self.seed): raise ValueError(f"seed must be an integer, got {self.seed!r}")
         _check_device_name(self.device)
 
-    def loss_params(self) -> dict:
-        "The hyper-parameters the chosen loss takes, e.g. {'tau': 0.2} for the contrastive loss."
-        return {p: getattr(self, p) for p in {**LOSS_PARAMS, **FEATURE_LOSS_PARAMS}[self.loss]}
+    def loss_params(self, n_negatives: int | None = None) -> dict:
+        "The hyper-parameters the loss takes, λ resolved by `default_lam` when unset (`n_negatives`: the K it sees), e.g. {'tau': 0.2}."
+        params = {p: getattr(self, p) for p in _LOSS_TAKES[self.loss]}
+        if params.get("lam", 0.0) is None: params["lam"] = default_lam(self.loss, n_negatives, self.alpha)
+        return params
 
     def to_dict(self) -> dict: return dataclasses.asdict(self)
 
@@ -150,6 +158,24 @@ class PretrainConfig:
         unknown = sorted(set(d) - {f.name for f in dataclasses.fields(cls)})
         if unknown: raise ValueError(f"unknown configuration keys: {', '.join(unknown)}")
         return cls(**d)
+
+# %% ../nbs/07_pretrain.ipynb #74c62f5a
+def default_lam(
+    loss: str,                      # one of PRETRAIN_LOSSES that takes λ
+    n_negatives: int | None = None, # K, the negatives the loss sees (needed by simple and hard_simple)
+    alpha: float = 0.0819,          # hard_simple: the fraction of the negatives it keeps
+) -> float:
+    "λ when none is given: [WL21] Eq 7's 1/K for simple (1/⌈αK⌉ for hard_simple, over the negatives it keeps); 1 for align_*."
+    if loss in ("align_logsumexp", "align_swd"): return 1.0
+    if loss not in ("simple", "hard_simple"): raise ValueError(f"the {loss} loss takes no λ")
+    if not _is_int(n_negatives) or n_negatives < 1:
+        raise ValueError(f"the {loss} loss's default λ is 1/K ([WL21] Eq 7), so it needs n_negatives, the number K >= 1 of "
+                         f"negatives the loss sees; got {n_negatives!r} (or give lam explicitly)")
+    return 1 / (n_informative(n_negatives, alpha) if loss == "hard_simple" else n_negatives)
+
+def negatives_seen(config: PretrainConfig, n_train: int) -> int:
+    "K, the negatives each anchor's loss sees: the bank's other n_train − 1 rows, or the 2B − 2 other views of its batch."
+    return n_train - 1 if config.negatives == "bank" else 2 * config.batch_size - 2
 
 # %% ../nbs/07_pretrain.ipynb #ee2714a3
 def lr_at(config: PretrainConfig, epoch: int) -> float:
@@ -497,7 +523,7 @@ def _check_encoder_takes(model: Encoder, train: ImageData, augment: TwoViewAugme
 
 def _diverged(config: PretrainConfig, epoch: int, lr: float, what: str) -> TrainingDivergedError:
     hints = [f"lower the learning rate (--lr, now {config.lr:g})"]
-    if "tau" in config.loss_params(): hints.append(f"raise τ (--tau, now {config.tau:g})")
+    if "tau" in _LOSS_TAKES[config.loss]: hints.append(f"raise τ (--tau, now {config.tau:g})")
     warm = "" if config.warmup_epochs else "; a warm-up (--warmup-epochs) can help too"
     return TrainingDivergedError(f"training diverged at epoch {epoch + 1} ({what}): {' or '.join(hints)}{warm}")
 
@@ -598,6 +624,7 @@ def _pretrain(config: PretrainConfig, out_dir: Path, quiet: bool, restart: bool,
     if world > 1: net = torch.nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
     if config.compile: net = torch.compile(net)
     autocast = dict(device_type=device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16")
+    params = config.loss_params(negatives_seen(config, len(train)))  # λ = 1/K (Eq 7) for the Simple losses unless given
     steps = len(train) // config.batch_size
     local = config.batch_size // world
 
@@ -621,11 +648,11 @@ def _pretrain(config: PretrainConfig, out_dir: Path, quiet: bool, restart: bool,
                     with torch.autocast(**autocast): z = net(torch.cat([v1, v2])).float()
                 try:
                     if config.negatives == "bank":
-                        loss = bank.loss(z, idx[mine], config.loss, **config.loss_params())
+                        loss = bank.loss(z, idx[mine], config.loss, **params)
                     elif config.loss in FEATURE_LOSS_PARAMS:  # SWD's random projections come from the run's generator: resumable
-                        loss = apply_feature_loss(config.loss, z[:local], z[local:], generator, **config.loss_params())
+                        loss = apply_feature_loss(config.loss, z[:local], z[local:], generator, **params)
                     else:
-                        loss = batch_loss(z[:local], z[local:], config.loss, **config.loss_params())
+                        loss = batch_loss(z[:local], z[local:], config.loss, **params)
                 except ValueError:  # the losses refuse non-finite inputs: NaN embeddings come from NaN weights
                     if bool(z.isfinite().all()): raise
                     raise _diverged(config, epoch, lr, "the embeddings became NaN or infinite") from None

@@ -1,4 +1,4 @@
-"""Property tests of [CLL20]'s generalized losses in `ctl_explore.losses` (lesson 11): alignment, LogSumExp, NT-Xent and
+"""Property tests of [CLL20]'s generalized losses in `ctl_explore.generalized` (lesson 11): alignment, LogSumExp, NT-Xent and
 its decoupled variant, the sliced Wasserstein distance, the generalized loss and the by-name switchboard."""
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.testing import assert_close
 
-from ctl_explore.losses import (
-    DISTRIBUTION_LOSSES, FEATURE_LOSS_NAMES, FEATURE_LOSS_PARAMS, LOSS_NAMES, SWD_PRIORS, alignment_loss, apply_feature_loss,
-    contrastive_loss, decoupled_nt_xent_loss, generalized_loss, logsumexp_loss, nt_xent_loss, pair_similarities,
-    prior_samples, random_orthogonal, swd_loss,
+from ctl_explore.generalized import (
+    DISTRIBUTION_LOSSES, FEATURE_LOSS_NAMES, FEATURE_LOSS_PARAMS, SWD_PRIORS, alignment_loss, apply_feature_loss,
+    decoupled_nt_xent_loss, generalized_loss, logsumexp_loss, nt_xent_loss, prior_samples, random_orthogonal, swd_loss,
 )
+from ctl_explore.losses import LOSS_NAMES, contrastive_loss, pair_similarities
 from ctl_strategies import log_uniform, logsumexp_py, unit_embeddings
 
 F64 = torch.float64

@@ -16,8 +16,9 @@ import pytest
 import torch
 
 from ctl_explore.linear_eval import LinearEvalConfig, linear_eval
-from ctl_explore.losses import FEATURE_LOSS_NAMES, FEATURE_LOSS_PARAMS, LOSS_NAMES
-from ctl_explore.train import TIMING_KEYS, PretrainConfig, load_checkpoint, pretrain
+from ctl_explore.generalized import FEATURE_LOSS_NAMES, FEATURE_LOSS_PARAMS
+from ctl_explore.losses import LOSS_NAMES
+from ctl_explore.train import TIMING_KEYS, CheckpointError, PretrainConfig, default_lam, load_checkpoint, pretrain
 
 # Runs in subprocesses share one environment, so that a killed-and-resumed run and an uninterrupted one compute
 # with the same thread count (floating-point sums depend on it).
@@ -206,6 +207,39 @@ def test_cli_trains_a_feature_loss(tmp_path):
     last = json.loads(out.stdout.splitlines()[-1])
     assert last["epoch"] == 1 and math.isfinite(last["loss"])
     assert json.loads((tmp_path / "swd" / "config.json").read_text())["loss"] == "align_swd"
+
+
+def test_simple_losses_default_to_eq7_lambda_and_train_the_studys_loss(tmp_path):
+    # [WL21] Eq 7: the τ → ∞ limit is the simple loss with λ = 1/K. Left unset, lam resolves to 1/K over the negatives
+    # the loss sees (the bank's n_train − 1 other rows; HardSimple's ⌈αK⌉ kept ones), which is what the study passes
+    torch.set_num_threads(1)
+    from ctl_explore.losses import n_informative
+    from ctl_explore.study import study_configs
+    tiny = dict(epochs=1, width=4, out_dim=16, knn_k=20, device="cpu")
+    k = 1437  # the digits' training split has 1438 images
+    for loss, explicit in (("simple", 1 / k), ("hard_simple", 1 / n_informative(k, 0.0819))):
+        default, given, other = (PretrainConfig(loss=loss, lam=lam, **tiny) for lam in (None, explicit, 1.0))
+        assert default.lam is None and default.loss_params(k) == {**given.loss_params(), "lam": explicit}
+        for name, cfg in (("default", default), ("given", given), ("other", other)): pretrain(cfg, tmp_path / f"{loss}-{name}", quiet=True)
+        w = {n: load_checkpoint(tmp_path / f"{loss}-{n}" / "checkpoint.pt")["model"] for n in ("default", "given", "other")}
+        for key in w["given"]: assert torch.equal(w["default"][key], w["given"][key]), (loss, key)
+        assert any(not torch.equal(w["other"][key], w["given"][key]) for key in w["given"]), loss  # λ = 1: another loss
+    # the study passes exactly the default λ; its shipped rows, which saved lam 1.0 for the softmax losses (the old
+    # default, never read), compare equal to the configurations it makes now, which leave lam unset there
+    for cfg in study_configs("digits", 1438):
+        if cfg.loss in ("simple", "hard_simple"): assert cfg.lam == default_lam(cfg.loss, k, cfg.alpha), cfg
+        else: assert cfg.lam is None, cfg
+    rows = json.loads((Path(__file__).parents[1] / "data" / "study-digits" / "results.json").read_text())
+    assert {r["config"]["lam"] for r in rows if r["loss"] == "contrastive"} == {1.0}
+    for row in rows:
+        now = {**row["config"], "lam": row["config"]["lam"] if row["loss"] in ("simple", "hard_simple") else None}
+        assert PretrainConfig.from_dict(row["config"]).to_dict() == PretrainConfig.from_dict(now).to_dict(), row["run"]
+    # a checkpoint saved with an explicit λ loads against the same configuration, and not against the Eq 7 default
+    with pytest.raises(CheckpointError, match="'lam': \\(1.0, None\\)"):
+        load_checkpoint(tmp_path / "simple-other" / "checkpoint.pt", PretrainConfig(loss="simple", **tiny))
+    assert load_checkpoint(tmp_path / "simple-other" / "checkpoint.pt", PretrainConfig(loss="simple", lam=1.0, **tiny))["epoch"] == 1
+    help_text = cli("pretrain", "--help").stdout
+    assert "1/K" in help_text and "Eq 7" in help_text
 
 
 @pytest.mark.parametrize("loss", ["contrastive", "hard_contrastive"])
