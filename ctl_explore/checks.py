@@ -14,7 +14,7 @@ from torch import Tensor
 # %% auto #0
 __all__ = ['check_number', 'check_positive', 'check_nonnegative', 'check_in_range', 'check_probability', 'check_int',
            'check_choice', 'check_bool', 'check_interval', 'check_tensor', 'check_finite', 'check_index_tensor',
-           'check_similarities', 'check_embeddings']
+           'check_similarities', 'check_embeddings', 'check_bank_inputs']
 
 # %% ../nbs/95_checks.ipynb #6009cf51
 def _as_float(name: str, value) -> float:
@@ -175,3 +175,18 @@ def check_embeddings(name: str, z, shape: str = "[B, d]") -> Tensor:
     "`z` unchanged; a `TypeError` unless it is a tensor, a `ValueError` unless it is a finite floating-point matrix."
     check_tensor(name, z, 2, shape)
     return check_finite(name, z)
+
+# %% ../nbs/95_checks.ipynb #eb05ec95
+def check_bank_inputs(
+    q,    # [B, d] query embeddings
+    bank, # [N, d] memory bank
+    idx,  # [B] each query's own row of the bank
+) -> Tensor:
+    "`idx` as int64 on the bank's device, or a `TypeError`/`ValueError` naming what is wrong with `q`, `bank` or `idx`."
+    check_embeddings("q", q)
+    check_embeddings("bank", bank, "[N, d]")
+    if bank.shape[1] != q.shape[1]:
+        raise ValueError(f"q and bank must have the same feature size d, got {q.shape[1]} and {bank.shape[1]}")
+    if q.shape[0] == 0: raise ValueError("q must hold at least one query (B >= 1), got B=0")
+    if bank.shape[0] < 2: raise ValueError(f"bank must have at least 2 rows so that each query has a negative, got N={bank.shape[0]}")
+    return check_index_tensor("idx", idx, q.shape[0], bank.shape[0], "rows of bank").to(bank.device)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from ctl_explore.checks import (check_bool, check_choice, check_embeddings, check_finite, check_in_range, check_index_tensor, check_int,
+from ctl_explore.checks import (check_bank_inputs, check_bool, check_choice, check_embeddings, check_finite, check_in_range, check_index_tensor, check_int,
                                 check_interval, check_nonnegative, check_number, check_positive, check_probability,
                                 check_similarities, check_tensor)
 
@@ -131,3 +131,19 @@ def test_check_similarities_and_embeddings():
         check_embeddings("bank", z[0], "[N, d]")
     with pytest.raises(ValueError, match="z must hold finite values, but 1 of its 12"):
         check_embeddings("z", z.index_fill(0, torch.tensor([1]), 0).index_put((torch.tensor(1), torch.tensor(2)), torch.tensor(float("nan"))))
+
+
+def test_check_bank_inputs():
+    q, bank = torch.zeros(3, 4), torch.zeros(6, 4)
+    idx = check_bank_inputs(q, bank, torch.tensor([0, 5, 2], dtype=torch.int32))
+    assert idx.dtype == torch.int64 and idx.tolist() == [0, 5, 2]
+    for args, error, message in [
+            ((q, bank[:, :3], torch.tensor([0, 5, 2])), ValueError, "q and bank must have the same feature size d, got 4 and 3"),
+            ((q[:0], bank, torch.zeros(0, dtype=torch.long)), ValueError, r"q must hold at least one query \(B >= 1\)"),
+            ((q, bank[:1], torch.tensor([0, 0, 0])), ValueError, "bank must have at least 2 rows"),
+            ((q, bank, torch.tensor([0, 6, 2])), ValueError, r"idx must hold rows of bank, in \[0, 6\)"),
+            ((q, bank, [0, 5, 2]), TypeError, r"idx must be a torch.Tensor of shape \[3\]"),
+            ((q.tolist(), bank, torch.tensor([0, 5, 2])), TypeError, "q must be a torch.Tensor"),
+            ((q, bank / 0, torch.tensor([0, 5, 2])), ValueError, "bank must hold finite values")]:
+        with pytest.raises(error, match=message):
+            check_bank_inputs(*args)
