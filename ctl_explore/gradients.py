@@ -9,9 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ctl_explore.losses import (
-    _check_finite, _check_positive, _check_sims, _check_tensor, contrastive_loss, informative_mask,
-)
+from .checks import check_finite, check_positive, check_similarities, check_tensor
+from .losses import contrastive_loss, informative_mask
 
 # %% auto #0
 __all__ = ['loss_gradients', 'relative_penalty', 'penalty_entropy']
@@ -23,23 +22,20 @@ def loss_gradients(
     tau: float,  # temperature, > 0
 ) -> tuple[Tensor, Tensor]:
     "[WL21] Eq 4: ∂L(x_i)/∂s_ii, shape [B], and ∂L(x_i)/∂s_ij, shape [B, K], of each anchor's own loss."
-    tau = _check_positive("tau", tau)
-    _check_sims(pos, neg)
+    tau = check_positive("tau", tau)
+    check_similarities(pos, neg)
     prob = F.softmax(torch.cat([pos.unsqueeze(1), neg], dim=1) / tau, dim=1)  # P_ik of Eq 2, positive first
     dneg = prob[:, 1:] / tau
     # summing the negatives' probabilities (rather than 1 - P_ii) stays accurate when P_ii is close to 1
     return -dneg.sum(dim=1), dneg
 
 # %% ../nbs/01_gradients.ipynb #2da269b2
-def _check_negatives(neg: Tensor) -> None:
-    _check_tensor("neg", neg, 2, "[B, K]")
-    if neg.shape[1] == 0: raise ValueError("neg must hold at least one negative per anchor (K >= 1), got K=0")
-    _check_finite("neg", neg)
-
 def _penalty_logits(neg: Tensor, tau: float, alpha: float | None) -> Tensor:
     "neg/τ, with the negatives below each anchor's upper-α quantile set to -inf when `alpha` is given."
-    tau = _check_positive("tau", tau)
-    _check_negatives(neg)
+    tau = check_positive("tau", tau)
+    check_tensor("neg", neg, 2, "[B, K]")
+    if neg.shape[1] == 0: raise ValueError("neg must hold at least one negative per anchor (K >= 1), got K=0")
+    check_finite("neg", neg, "similarities")
     logits = neg / tau
     if alpha is None: return logits
     return logits.masked_fill(~informative_mask(neg, alpha), float("-inf"))

@@ -6,116 +6,18 @@
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
-from .selection import _map_row_blocks, can_select_fast, compact_top_k
+from .checks import (check_choice, check_embeddings, check_in_range, check_nonnegative, check_positive,
+                                check_similarities, check_tensor)
 
 # %% auto #0
-__all__ = ['REDUCTIONS', 'LOSS_PARAMS', 'LOSS_NAMES', 'contrastive_loss', 'simple_loss', 'triplet_limit_loss',
+__all__ = ['REDUCTIONS', 'LOSS_PARAMS', 'LOSS_NAMES', 'contrastive_loss', 'reduce_loss', 'simple_loss', 'triplet_limit_loss',
            'simple_limit_loss', 'n_informative', 'informative_mask', 'hard_contrastive_loss', 'hard_simple_loss',
-           'apply_loss', 'pair_similarities', 'bank_similarities', 'bank_contrastive_loss']
-
-# %% ../nbs/00_losses.ipynb #485771ba
-REDUCTIONS = ("mean", "sum", "none")
-
-def _as_float(name: str, value) -> float:
-    "`value` as a float (nan if it is not a number); a `ValueError` for a bool or a tensor that requires a gradient."
-    if isinstance(value, (bool, np.bool_)) or (isinstance(value, Tensor) and value.dtype == torch.bool):
-        raise ValueError(f"{name} must be a number, got the boolean {value!r}")
-    if isinstance(value, Tensor) and value.requires_grad:
-        raise ValueError(f"{name} is a tensor that requires a gradient, but the losses take it as a constant and would "
-                         f"silently cut it off the graph; pass float({name}) (learning {name} is not supported)")
-    try: return float(value)
-    except (TypeError, ValueError, RuntimeError): return float("nan")
-
-def _check_positive(name: str, value) -> float:
-    "`value` as a float, or a `ValueError` unless it is a finite number > 0."
-    v = _as_float(name, value)
-    if not (math.isfinite(v) and v > 0):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return v
-
-def _check_alpha(alpha) -> float:
-    "`alpha` as a float, or a `ValueError` unless it lies in (0, 1]."
-    a = _as_float("alpha", alpha)
-    if not (0 < a <= 1):
-        raise ValueError(f"alpha must lie in (0, 1] (the fraction of negatives kept), got {alpha!r}")
-    return a
-
-def _check_lam(lam) -> float:
-    "`lam` as a float, or a `ValueError` unless it is a finite number >= 0."
-    v = _as_float("lam", lam)
-    if not (math.isfinite(v) and v >= 0):
-        raise ValueError(f"lam must be a finite number >= 0, got {lam!r}")
-    return v
-
-def _check_reduction(reduction) -> None:
-    if reduction not in REDUCTIONS:
-        raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
-
-# %% ../nbs/00_losses.ipynb #84d08149
-def _check_finite(name: str, t: Tensor) -> None:
-    "Raise a `ValueError` if `t` holds a NaN or an infinity."
-    if torch.compiler.is_compiling(): return
-    with torch.no_grad():
-        # One cheap reduction; only a suspicious sum (which may also be an overflow) is checked element-wise.
-        if torch.isfinite(t.sum()) or bool(torch.isfinite(t).all()): return
-        bad = (~torch.isfinite(t)).sum().item()
-    raise ValueError(f"{name} must hold finite similarities, but {bad} of its {t.numel()} entries are NaN or infinite")
-
-def _check_tensor(name: str, t, ndim: int, shape: str) -> None:
-    if not isinstance(t, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor of shape {shape}, got {type(t).__name__}")
-    if t.ndim != ndim:
-        raise ValueError(f"{name} must have shape {shape}, got shape {tuple(t.shape)}")
-    if not t.is_floating_point():
-        raise ValueError(f"{name} must be a floating-point tensor, got dtype {t.dtype}")
-
-def _check_sims(pos: Tensor, neg: Tensor) -> None:
-    "Check that `pos` [B] and `neg` [B, K] are finite similarities of the same batch, with K >= 1."
-    _check_tensor("pos", pos, 1, "[B]")
-    _check_tensor("neg", neg, 2, "[B, K]")
-    if neg.shape[0] != pos.shape[0]:
-        raise ValueError(f"pos and neg must describe the same batch: pos has B={pos.shape[0]} anchors, neg has B={neg.shape[0]}")
-    if pos.shape[0] == 0: raise ValueError("pos and neg must hold at least one anchor (B >= 1), got B=0")
-    if neg.shape[1] == 0: raise ValueError("neg must hold at least one negative per anchor (K >= 1), got K=0")
-    _check_finite("pos", pos)
-    _check_finite("neg", neg)
-
-def _reduce(per_anchor: Tensor, reduction: str) -> Tensor:
-    if reduction == "mean": return per_anchor.mean()
-    if reduction == "sum": return per_anchor.sum()
-    return per_anchor
-
-# %% ../nbs/00_losses.ipynb #15dd4e33
-class _PositiveNLL(torch.autograd.Function):
-    "Per anchor, `-log softmax([pos, neg] / tau)[0]`, negatives below `floor` [B, 1] left out; backward is [WL21] Eq 4."
-    @staticmethod
-    def forward(ctx, pos: Tensor, neg: Tensor, tau: float, floor: Tensor | None) -> Tensor:
-        if floor is None: logits = torch.cat([pos.unsqueeze(1), neg], dim=1)
-        else:  # the kept negatives, the others at -inf, written straight into the logits' buffer
-            logits = neg.new_empty(neg.shape[0], neg.shape[1] + 1)
-            logits[:, 0] = pos
-            torch.where(neg < floor, neg.new_tensor(float("-inf")), neg, out=logits[:, 1:])
-        logits.div_(tau)  # in place: saves a [B, K+1] buffer
-        ctx.save_for_backward(logits)
-        ctx.tau = tau
-        return -F.log_softmax(logits, dim=1)[:, 0]
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad: Tensor):
-        logits, = ctx.saved_tensors
-        d = torch.softmax(logits, dim=1)  # P_ik, the positive in column 0 (the fused kernel: a plain exp is slow on underflow)
-        d[:, 0] -= 1                      # ∂L/∂s_ii = -(1 - P_ii)/τ, ∂L/∂s_ij = P_ij/τ
-        d.mul_((grad / ctx.tau).unsqueeze(1))
-        return d[:, 0], d[:, 1:], None, None
+           'check_loss_params', 'apply_loss', 'pair_similarities']
 
 # %% ../nbs/00_losses.ipynb #e7c96f66
 def contrastive_loss(
@@ -124,11 +26,21 @@ def contrastive_loss(
     tau: float,              # temperature, > 0
     reduction: str = "mean", # "mean", "sum", or "none" (one loss per anchor, shape [B])
 ) -> Tensor:
-    "The contrastive (InfoNCE) loss, [WL21] Eq 1, computed stably from the similarities."
-    tau = _check_positive("tau", tau)
-    _check_reduction(reduction)
-    _check_sims(pos, neg)
-    return _reduce(_PositiveNLL.apply(pos, neg, tau, None), reduction)
+    "The contrastive (InfoNCE) loss, [WL21] Eq 1: minus the log of the positive's softmax probability in [s_ii, s_ij] / τ."
+    tau = check_positive("tau", tau)
+    check_similarities(pos, neg)
+    logits = torch.cat([pos[:, None], neg], dim=1) / tau  # [B, 1 + K], the positive in column 0
+    return reduce_loss(-F.log_softmax(logits, dim=1)[:, 0], reduction)
+
+# %% ../nbs/00_losses.ipynb #485771ba
+REDUCTIONS = ("mean", "sum", "none")
+
+def reduce_loss(per_anchor: Tensor, reduction: str) -> Tensor:
+    "The mean or the sum of the per-anchor losses [B], or the losses themselves (`reduction='none'`), as torch's losses do."
+    check_choice("reduction", reduction, REDUCTIONS)
+    if reduction == "mean": return per_anchor.mean()
+    if reduction == "sum": return per_anchor.sum()
+    return per_anchor
 
 # %% ../nbs/00_losses.ipynb #28045855
 def simple_loss(
@@ -138,10 +50,9 @@ def simple_loss(
     reduction: str = "mean", # "mean", "sum", or "none" (shape [B])
 ) -> Tensor:
     "The simple contrastive loss, [WL21] Eq 3: `-s_ii + λ Σ_j s_ij`."
-    lam = _check_lam(lam)
-    _check_reduction(reduction)
-    _check_sims(pos, neg)
-    return _reduce(lam * neg.sum(dim=1) - pos, reduction)
+    lam = check_nonnegative("lam", lam)
+    check_similarities(pos, neg)
+    return reduce_loss(lam * neg.sum(dim=1) - pos, reduction)
 
 # %% ../nbs/00_losses.ipynb #c4ddc0b1
 def triplet_limit_loss(
@@ -151,10 +62,9 @@ def triplet_limit_loss(
     reduction: str = "mean", # "mean", "sum", or "none" (shape [B])
 ) -> Tensor:
     "The τ→0 limit of the contrastive loss, [WL21] Eq 6: `(1/τ)·max(s_max − s_ii, 0)`."
-    tau = _check_positive("tau", tau)
-    _check_reduction(reduction)
-    _check_sims(pos, neg)
-    return _reduce(F.relu(neg.amax(dim=1) - pos) / tau, reduction)
+    tau = check_positive("tau", tau)
+    check_similarities(pos, neg)
+    return reduce_loss(F.relu(neg.amax(dim=1) - pos) / tau, reduction)
 
 # %% ../nbs/00_losses.ipynb #22bc897e
 def simple_limit_loss(
@@ -164,12 +74,11 @@ def simple_limit_loss(
     reduction: str = "mean", # "mean", "sum", or "none" (shape [B])
 ) -> Tensor:
     "The τ→∞ limit of the contrastive loss, [WL21] Eq 7: `log N − (1/(Nτ))·Σ_k (s_ii − s_ik)`, N = K + 1."
-    tau = _check_positive("tau", tau)
-    _check_reduction(reduction)
-    _check_sims(pos, neg)
+    tau = check_positive("tau", tau)
+    check_similarities(pos, neg)
     n_terms = neg.shape[1] + 1
     margins = neg.shape[1] * pos - neg.sum(dim=1)  # Σ_k (s_ii − s_ik)
-    return _reduce(math.log(n_terms) - margins / (n_terms * tau), reduction)
+    return reduce_loss(math.log(n_terms) - margins / (n_terms * tau), reduction)
 
 # %% ../nbs/00_losses.ipynb #2f65f17d
 def n_informative(
@@ -177,40 +86,9 @@ def n_informative(
     alpha: float,     # fraction of negatives kept, in (0, 1]
 ) -> int:
     "How many of `n_negatives` the upper-`alpha` quantile keeps: ⌈αK⌉ (ties with the last one come on top)."
-    alpha = _check_alpha(alpha)
+    alpha = check_in_range("alpha", alpha, 0, 1, low_open=True, why="the fraction of negatives kept")
     # round away float noise such as 0.1 * 510 = 51.00000000000001 before taking the ceiling
     return max(1, min(n_negatives, math.ceil(round(alpha * n_negatives, 9))))
-
-# %% ../nbs/00_losses.ipynb #0d4889c1
-_INT_KEYS_MAX_COLUMNS = 4096    # up to this row length numpy selects int32 faster than float32 (SIMD)
-
-def _order_keys(a: np.ndarray) -> np.ndarray:
-    "float32 ↔ int32 keys in the same order (the map is its own inverse; −0.0 sorts just below +0.0)."
-    bits = a.view(np.int32)
-    return bits ^ ((bits >> 31) & np.int32(0x7FFFFFFF))
-
-def _partition_serial(values: np.ndarray, kth: int) -> np.ndarray:
-    if values.dtype != np.float32 or values.shape[1] > _INT_KEYS_MAX_COLUMNS: return np.partition(values, kth, axis=1)[:, kth]
-    keys = _order_keys(values)
-    keys.partition(kth, axis=1)
-    return _order_keys(np.ascontiguousarray(keys[:, kth])).view(np.float32)
-
-def _partition_column(values: np.ndarray, kth: int) -> np.ndarray:
-    "Column `kth` of `values` [B, K] partitioned row by row (numpy releases the GIL, so row blocks run in parallel)."
-    blocks = _map_row_blocks(lambda a, b: _partition_serial(values[a:b], kth), values.shape[0], values.size)
-    return np.concatenate(blocks)
-
-def _kth_largest(
-    x: Tensor, # [B, K] values
-    k: int,    # 1 <= k <= K
-) -> Tensor:
-    "[B, 1]: the k-th largest value of each row of `x` (exact, ties counted with multiplicity); no gradient."
-    x = x.detach()
-    n = x.shape[1]
-    if x.device.type == "cpu" and x.dtype in (torch.float64, torch.float32, torch.bfloat16, torch.float16):
-        values = x.numpy() if x.dtype in (torch.float64, torch.float32) else x.float().numpy()  # bf16/fp16 → fp32 is exact
-        return torch.from_numpy(_partition_column(values, n - k)).unsqueeze(1).to(x.dtype)
-    return x.topk(k, dim=1, sorted=False).values.amin(dim=1, keepdim=True)
 
 # %% ../nbs/00_losses.ipynb #09524cea
 def informative_mask(
@@ -218,17 +96,10 @@ def informative_mask(
     alpha: float, # fraction of negatives kept, in (0, 1]
 ) -> Tensor:
     "Boolean [B, K]: which negatives of each anchor lie at or above its upper-`alpha` quantile `s_α`."
-    alpha = _check_alpha(alpha)
-    _check_tensor("neg", neg, 2, "[B, K]")
+    check_tensor("neg", neg, 2, "[B, K]")
     k = n_informative(neg.shape[1], alpha)
-    if k == neg.shape[1]: return torch.ones_like(neg, dtype=torch.bool)
-    return neg >= _kth_largest(neg, k)  # s_α of each anchor, [B, 1]
-
-# %% ../nbs/00_losses.ipynb #605c7e20
-def _informative_floor(neg: Tensor, alpha: float) -> Tensor | None:
-    "Each anchor's threshold s_α [B, 1] (keep the negatives >= it), or None if `alpha` keeps them all."
-    k = n_informative(neg.shape[1], alpha)
-    return None if k == neg.shape[1] else _kth_largest(neg, k)
+    s_alpha = neg.detach().topk(k, dim=1).values[:, -1:]  # [B, 1]: each anchor's k-th largest negative
+    return neg.detach() >= s_alpha
 
 # %% ../nbs/00_losses.ipynb #33f1be85
 def hard_contrastive_loss(
@@ -239,10 +110,11 @@ def hard_contrastive_loss(
     reduction: str = "mean", # "mean", "sum", or "none" (shape [B])
 ) -> Tensor:
     "The hard contrastive loss, [WL21] Eq 9: Eq 1 over the negatives at or above each anchor's upper-α quantile."
-    tau = _check_positive("tau", tau)
-    _check_reduction(reduction)
-    _check_sims(pos, neg)
-    return _reduce(_PositiveNLL.apply(pos, neg, tau, _informative_floor(neg, alpha)), reduction)
+    tau = check_positive("tau", tau)
+    check_similarities(pos, neg)
+    kept = neg.masked_fill(~informative_mask(neg, alpha), float("-inf"))  # exp(-inf) = 0: out of the denominator
+    logits = torch.cat([pos[:, None], kept], dim=1) / tau
+    return reduce_loss(-F.log_softmax(logits, dim=1)[:, 0], reduction)
 
 # %% ../nbs/00_losses.ipynb #3f0a16ac
 def hard_simple_loss(
@@ -253,12 +125,10 @@ def hard_simple_loss(
     reduction: str = "mean", # "mean", "sum", or "none" (shape [B])
 ) -> Tensor:
     "HardSimple of [WL21]: the simple loss of Eq 3 over the negatives at or above each anchor's upper-α quantile."
-    lam = _check_lam(lam)
-    _check_reduction(reduction)
-    _check_sims(pos, neg)
-    floor = _informative_floor(neg, alpha)
-    kept = neg if floor is None else neg.masked_fill(neg.detach() < floor, 0.0)
-    return _reduce(lam * kept.sum(dim=1) - pos, reduction)
+    lam = check_nonnegative("lam", lam)
+    check_similarities(pos, neg)
+    kept = neg.masked_fill(~informative_mask(neg, alpha), 0.0)
+    return reduce_loss(lam * kept.sum(dim=1) - pos, reduction)
 
 # %% ../nbs/00_losses.ipynb #6f21c99f
 LOSS_PARAMS = {
@@ -271,6 +141,20 @@ LOSS_PARAMS = {
 }
 LOSS_NAMES = tuple(LOSS_PARAMS)
 
+def check_loss_params(
+    name: str,                # the loss's name
+    params: dict,             # the hyper-parameters given
+    table: dict = LOSS_PARAMS,# each loss's hyper-parameters
+    optional: tuple = ("lam",), # those that have a default (lam defaults to 1)
+) -> None:
+    "A `ValueError` unless `name` is a loss of `table` and `params` are exactly the hyper-parameters it takes."
+    if name not in table: raise ValueError(f"loss must be one of {tuple(table)}, got {name!r}")
+    wanted = table[name]
+    extra = sorted(set(params) - set(wanted))
+    if extra: raise ValueError(f"the {name} loss takes {', '.join(wanted)}; it does not take {', '.join(extra)}")
+    missing = [p for p in wanted if p not in params and p not in optional]
+    if missing: raise ValueError(f"the {name} loss needs {', '.join(missing)}")
+
 def apply_loss(
     name: str,               # one of `LOSS_NAMES`
     pos: Tensor,             # [B] positive similarity s_ii of each anchor
@@ -279,176 +163,27 @@ def apply_loss(
     **params,                # the loss's hyper-parameters, from tau, alpha, lam (see `LOSS_PARAMS`)
 ) -> Tensor:
     "The loss called `name` on `pos` and `neg`, given exactly the hyper-parameters it takes."
-    _check_loss_params(name, params)
-    return _LOSS_FUNCTIONS[name](pos, neg, reduction=reduction, **params)
-
-def _check_loss_params(name: str, params: dict, table: dict = LOSS_PARAMS, optional: tuple = ("lam",)) -> None:
-    "Raise a ValueError unless `name` is a loss of `table` and `params` are exactly the hyper-parameters it takes."
-    if name not in table: raise ValueError(f"loss must be one of {tuple(table)}, got {name!r}")
-    wanted = table[name]
-    extra = sorted(set(params) - set(wanted))
-    if extra: raise ValueError(f"the {name} loss takes {', '.join(wanted)}; it does not take {', '.join(extra)}")
-    missing = [p for p in wanted if p not in params and p not in optional]  # lam defaults to 1
-    if missing: raise ValueError(f"the {name} loss needs {', '.join(missing)}")
-
-# %% ../nbs/00_losses.ipynb #bcf3b5fa
-_LOSS_FUNCTIONS = {
-    "contrastive": contrastive_loss, "hard_contrastive": hard_contrastive_loss, "simple": simple_loss,
-    "hard_simple": hard_simple_loss, "triplet_limit": triplet_limit_loss, "simple_limit": simple_limit_loss,
-}
+    check_loss_params(name, params)
+    functions = {"contrastive": contrastive_loss, "hard_contrastive": hard_contrastive_loss, "simple": simple_loss,
+                 "hard_simple": hard_simple_loss, "triplet_limit": triplet_limit_loss, "simple_limit": simple_limit_loss}
+    return functions[name](pos, neg, reduction=reduction, **params)
 
 # %% ../nbs/00_losses.ipynb #7eade0a1
-@lru_cache(maxsize=16)
-def _pair_negative_index(batch: int, device: torch.device) -> Tensor:
-    "[2B, 2B-2] column indices of each view's negatives in the [2B, 2B] similarity matrix."
-    n = 2 * batch
-    rows, cols = torch.arange(n, device=device)[:, None], torch.arange(n, device=device)[None, :]
-    keep = (cols != rows) & (cols != (rows + batch) % n)
-    return cols.expand(n, n)[keep].view(n, n - 2)
-
-def _check_embeddings(name: str, z, shape: str = "[B, d]") -> None:
-    _check_tensor(name, z, 2, shape)
-    _check_finite(name, z)
-
-class _PairSimilarities(torch.autograd.Function):
-    "`pos` [2B] and `neg` [2B, 2B-2] from the two views; backward scatters both gradients into one [2B, 2B] matrix."
-    @staticmethod
-    def forward(ctx, z1: Tensor, z2: Tensor):
-        batch = z1.shape[0]
-        z = torch.cat([z1, z2], dim=0)
-        sim = z @ z.T
-        pos = torch.cat([sim.diagonal(batch), sim.diagonal(-batch)])
-        ctx.save_for_backward(z)
-        return pos, sim.gather(1, _pair_negative_index(batch, sim.device))
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, dpos: Tensor, dneg: Tensor):
-        z, = ctx.saved_tensors
-        batch = z.shape[0] // 2
-        grad_sim = torch.zeros(2 * batch, 2 * batch, dtype=dneg.dtype, device=dneg.device)
-        grad_sim.scatter_(1, _pair_negative_index(batch, dneg.device), dneg)
-        grad_sim.diagonal(batch).copy_(dpos[:batch])
-        grad_sim.diagonal(-batch).copy_(dpos[batch:])
-        grad_z = (grad_sim + grad_sim.T) @ z
-        return grad_z[:batch], grad_z[batch:]
-
 def pair_similarities(
     z1: Tensor, # [B, d] embeddings of the first view (L2-normalise them for cosine similarities)
     z2: Tensor, # [B, d] embeddings of the second view of the same B samples
 ) -> tuple[Tensor, Tensor]:
     "`pos` [2B] and `neg` [2B, 2B-2] for the 2B views of a batch: each view's positive is the other view of its sample."
-    _check_embeddings("z1", z1)
-    _check_embeddings("z2", z2)
+    check_embeddings("z1", z1)
+    check_embeddings("z2", z2)
     if z1.shape != z2.shape:
         raise ValueError(f"z1 and z2 must have the same shape [B, d], got {tuple(z1.shape)} and {tuple(z2.shape)}")
     batch = z1.shape[0]
     if batch < 2: raise ValueError(f"z1 and z2 need at least 2 samples so that each view has a negative, got B={batch}")
-    return _PairSimilarities.apply(z1, z2)
-
-# %% ../nbs/00_losses.ipynb #02ccb221
-def bank_similarities(
-    q: Tensor,    # [B, d] query embeddings
-    bank: Tensor, # [N, d] memory bank, one feature per training sample
-    idx: Tensor,  # [B] integer row of each query's own entry in `bank`
-) -> tuple[Tensor, Tensor]:
-    "`pos` [B] (each query against its own bank row) and `neg` [B, N-1] (against every other row, in bank order)."
-    idx = _check_bank_args(q, bank, idx)
-    n_rows = bank.shape[0]
-    pos = (q * bank[idx]).sum(dim=1)  # B dot products: cheaper to differentiate than a gather from `sim`
-    sim = q @ bank.T
-    # row i drops column idx[i]: columns before it stay put, columns after it shift left by one
-    before_own = torch.arange(n_rows - 1, device=sim.device)[None, :] < idx[:, None]
-    return pos, torch.where(before_own, sim[:, :-1], sim[:, 1:])
-
-def _check_bank_args(q, bank, idx) -> Tensor:
-    "Validate queries [B, d], bank [N, d] and their rows idx [B]; return idx as int64 on the bank's device."
-    _check_embeddings("q", q)
-    _check_embeddings("bank", bank, "[N, d]")
-    if bank.shape[1] != q.shape[1]:
-        raise ValueError(f"q and bank must have the same feature size d, got {q.shape[1]} and {bank.shape[1]}")
-    if q.shape[0] == 0: raise ValueError("q must hold at least one query (B >= 1), got B=0")
-    if bank.shape[0] < 2: raise ValueError(f"bank needs at least 2 rows so that each query has a negative, got N={bank.shape[0]}")
-    if not isinstance(idx, Tensor): raise TypeError(f"idx must be a torch.Tensor of shape [B], got {type(idx).__name__}")
-    if idx.dtype not in (torch.int32, torch.int64) or idx.shape != (q.shape[0],):
-        raise ValueError(f"idx must be an integer tensor of shape [B] = [{q.shape[0]}], got {getattr(idx, 'dtype', type(idx).__name__)} {tuple(getattr(idx, 'shape', ()))}")
-    n_rows = bank.shape[0]
-    if len(idx) and (int(idx.min()) < 0 or int(idx.max()) >= n_rows):
-        raise ValueError(f"idx must index rows of bank, in [0, {n_rows}), got values in [{int(idx.min())}, {int(idx.max())}]")
-    return idx.to(device=bank.device, dtype=torch.int64)
-
-# %% ../nbs/00_losses.ipynb #059b8036
-def _softmax_(x: Tensor) -> Tensor:
-    "Row softmax of `x` [B, N], in place where that is safe (CPU)."
-    if x.device.type != "cpu": return torch.softmax(x, dim=1)
-    return torch.ops.aten._softmax.out(x, 1, False, out=x)
-
-def _bank_softmax(q: Tensor, bank: Tensor, idx: Tensor, tau: float, k: int | None) -> tuple[Tensor, Tensor | None, Tensor]:
-    """Each query's softmax P over its logits and its loss [B]. P is [B, N] over the bank's rows (`cols` None), or, for
-    Eq 9 on the CPU, [B, C] over the kept rows `cols` [B, C] only (own row first; lesson 13's compact form)."""
-    sims = q.to(bank.dtype) @ bank.T   # [B, N], the own row included
-    if sims.dtype not in (torch.float32, torch.float64): sims = sims.float()  # the softmax in float32 at least
-    own = idx.unsqueeze(1)
-    pos = sims.gather(1, own)          # s_ii
-    cols = None
-    if k is None: logits = sims.div_(tau)
-    elif can_select_fast(sims):         # Eq 9 by lesson 13's kernel: only the own row and the kept negatives remain
-        logits, cols = compact_top_k(sims, k, tau, own=idx)
-    else:                               # Eq 9 with the tools of this lesson: select among the N - 1 negatives only
-        sims.scatter_(1, own, float("-inf"))
-        sims.masked_fill_(sims < _kth_largest(sims, k), float("-inf"))
-        logits = sims.scatter_(1, own, pos).div_(tau)
-    top = logits.amax(dim=1, keepdim=True)
-    probs = _softmax_(logits)
-    # the row's largest probability is exp(0) / Σ_j exp(l_j - top), so log Σ_j exp(l_j) = top - log(max P)
-    log_total = top - probs.amax(dim=1, keepdim=True).log()
-    return probs, cols, (log_total - pos / tau).squeeze(1)
-
-class _BankNLL(torch.autograd.Function):
-    "Per query, Eq 1 (or Eq 9 keeping each query's k nearest negatives) against a bank; the own row is the positive."
-    @staticmethod
-    def forward(ctx, q: Tensor, bank: Tensor, idx: Tensor, tau: float, k: int | None) -> Tensor:
-        probs, cols, loss = _bank_softmax(q, bank, idx, tau, k)
-        ctx.probs, ctx.cols, ctx.tau, ctx.k = probs, cols, tau, k
-        ctx.save_for_backward(q, bank, idx)
-        return loss.to(q.dtype)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad: Tensor):
-        q, bank, idx = ctx.saved_tensors
-        d, cols = ctx.probs, ctx.cols      # P_ik
-        ctx.probs = None                   # the first backward pass works in place on the forward's buffer;
-        if d is None: d, cols, _ = _bank_softmax(q, bank, idx, ctx.tau, ctx.k)  # a second one recomputes it
-        if cols is None: d.scatter_add_(1, idx.unsqueeze(1), d.new_full((len(idx), 1), -1.0))  # Eq 4: P - 1 at the positive
-        else: d[:, 0] -= 1.0               # compact rows hold the positive first
-        scale = (grad.to(d.dtype) / ctx.tau).unsqueeze(1)
-        grad_q = grad_bank = None
-        if cols is None:                   # dense: one product with the whole bank
-            if ctx.needs_input_grad[0]: grad_q = ((d.to(bank.dtype) @ bank).to(d.dtype) * scale).to(q.dtype)
-            if ctx.needs_input_grad[1]: d.mul_(scale)
-        else:                              # compact: each query's gradient sums only its kept rows of the bank
-            d.mul_(scale)
-            if ctx.needs_input_grad[0]:
-                grad_q = F.embedding_bag(cols, bank, per_sample_weights=d.to(bank.dtype), mode="sum").to(q.dtype)
-            if ctx.needs_input_grad[1]: d = d.new_zeros(len(idx), bank.shape[0]).scatter_add_(1, cols, d)
-        if ctx.needs_input_grad[1]: grad_bank = d.T.to(bank.dtype) @ q.to(bank.dtype)
-        return grad_q, grad_bank, None, None, None
-
-def bank_contrastive_loss(
-    q: Tensor,                  # [B, d] query embeddings
-    bank: Tensor,               # [N, d] memory bank, one feature per training sample
-    idx: Tensor,                # [B] integer row of each query's own entry in `bank`
-    tau: float,                 # temperature, > 0
-    alpha: float | None = None, # None: Eq 1; a fraction in (0, 1]: Eq 9, each query's nearest ⌈α(N-1)⌉ negatives
-    reduction: str = "mean",    # "mean", "sum", or "none" (shape [B])
-) -> Tensor:
-    "`contrastive_loss(*bank_similarities(q, bank, idx), tau)` (or the hard loss), computed without building `neg`."
-    tau = _check_positive("tau", tau)
-    _check_reduction(reduction)
-    idx = _check_bank_args(q, bank, idx)
-    k = None
-    if alpha is not None:
-        k = n_informative(bank.shape[0] - 1, alpha)
-        if k == bank.shape[0] - 1: k = None
-    return _reduce(_BankNLL.apply(q, bank, idx, tau, k), reduction)
+    z = torch.cat([z1, z2])  # [2B, d]: the first views, then the second views
+    sim = z @ z.T            # [2B, 2B]
+    pos = torch.cat([sim.diagonal(batch), sim.diagonal(-batch)])  # row r's positive: column r + B, or r - B
+    n = 2 * batch
+    rows, cols = torch.arange(n, device=sim.device)[:, None], torch.arange(n, device=sim.device)[None, :]
+    negatives = (cols != rows) & (cols != (rows + batch) % n)       # [2B, 2B], 2B - 2 True per row
+    return pos, sim.gather(1, cols.expand(n, n)[negatives].view(n, n - 2))

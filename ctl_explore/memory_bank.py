@@ -8,12 +8,14 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from fastcore.basics import patch
 from torch import Tensor
 
-from .losses import _check_loss_params, apply_loss, bank_contrastive_loss, bank_similarities, pair_similarities
+from .checks import check_bank_inputs, check_in_range, check_index_tensor, check_int, check_positive
+from .losses import apply_loss, check_loss_params, n_informative, pair_similarities, reduce_loss
 
 # %% auto #0
-__all__ = ['MemoryBank', 'batch_loss']
+__all__ = ['MemoryBank', 'bank_similarities', 'bank_contrastive_loss', 'batch_loss']
 
 # %% ../nbs/06_memory_bank.ipynb #4071b6aa
 class MemoryBank(nn.Module):
@@ -27,55 +29,83 @@ class MemoryBank(nn.Module):
         dtype: torch.dtype = torch.float32,
     ):
         super().__init__()
-        for name, value in (("size", size), ("dim", dim)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        if size < 2: raise ValueError(f"size must be at least 2 so that every sample has a negative, got {size}")
-        if not 0 <= float(momentum) < 1: raise ValueError(f"momentum must lie in [0, 1), got {momentum!r}")
-        self.momentum = float(momentum)
+        check_int("size", size, 2, why="every sample needs a negative")
+        check_int("dim", dim)
+        self.momentum = check_in_range("momentum", momentum, 0, 1, high_open=True)
         init = torch.randn(size, dim, generator=generator, dtype=torch.float32)
         self.register_buffer("features", F.normalize(init, dim=1).to(dtype))
 
     def extra_repr(self) -> str: return f"size={self.features.shape[0]}, dim={self.features.shape[1]}, momentum={self.momentum}"
 
 # %% ../nbs/06_memory_bank.ipynb #4fc41a8d
-def _check_indices(bank: MemoryBank, idx: Tensor, batch: int) -> Tensor:
-    size = bank.features.shape[0]
-    if not isinstance(idx, Tensor) or idx.dtype not in (torch.int32, torch.int64) or idx.shape != (batch,):
-        raise ValueError(f"idx must be an integer tensor of shape [{batch}] (one bank row per sample)")
-    if batch and (int(idx.min()) < 0 or int(idx.max()) >= size):
-        raise ValueError(f"idx must hold rows of the bank, in [0, {size}), got values in [{int(idx.min())}, {int(idx.max())}]")
-    return idx.to(device=bank.features.device, dtype=torch.int64)
-
-@torch.no_grad()
-def _update(self: MemoryBank, idx: Tensor, z: Tensor) -> None:
+@patch
+def update(self: MemoryBank, idx: Tensor, z: Tensor) -> None:
     "Move rows `idx` [B] toward the embeddings `z` [B, d] (moving average with `momentum`), then renormalise them."
     if not isinstance(z, Tensor) or z.ndim != 2 or z.shape[1] != self.features.shape[1]:
         raise ValueError(f"z must have shape [B, {self.features.shape[1]}], got {tuple(getattr(z, 'shape', ()))}")
-    idx = _check_indices(self, idx, z.shape[0])
+    idx = check_index_tensor("idx", idx, z.shape[0], self.features.shape[0], "rows of the bank").to(self.features.device)
     if idx.unique().numel() != idx.numel():
         raise ValueError("idx must not repeat a row: each sample's row is updated once per batch")
-    mixed = self.momentum * self.features[idx].float() + (1 - self.momentum) * z.detach().float()
-    self.features.index_copy_(0, idx, F.normalize(mixed, dim=1).to(self.features.dtype))
+    with torch.no_grad():
+        mixed = self.momentum * self.features[idx].float() + (1 - self.momentum) * z.detach().float()
+        self.features.index_copy_(0, idx, F.normalize(mixed, dim=1).to(self.features.dtype))
 
-MemoryBank.update = _update
+# %% ../nbs/06_memory_bank.ipynb #02ccb221
+def bank_similarities(
+    q: Tensor,    # [B, d] query embeddings
+    bank: Tensor, # [N, d] memory bank, one feature per training sample
+    idx: Tensor,  # [B] integer row of each query's own entry in `bank`
+) -> tuple[Tensor, Tensor]:
+    "`pos` [B] (each query against its own bank row) and `neg` [B, N-1] (against every other row, in bank order)."
+    idx = check_bank_inputs(q, bank, idx)
+    sim = q @ bank.T                                             # [B, N], the own row included
+    pos = sim.gather(1, idx[:, None]).squeeze(1)                 # s_ii: column idx[i] of row i
+    others = torch.arange(bank.shape[0], device=sim.device) != idx[:, None]  # [B, N], False at the own row
+    return pos, sim[others].view(len(idx), bank.shape[0] - 1)
+
+# %% ../nbs/06_memory_bank.ipynb #059b8036
+def bank_contrastive_loss(
+    q: Tensor,                  # [B, d] query embeddings
+    bank: Tensor,               # [N, d] memory bank, one feature per training sample
+    idx: Tensor,                # [B] integer row of each query's own entry in `bank`
+    tau: float,                 # temperature, > 0
+    alpha: float | None = None, # None: Eq 1; a fraction in (0, 1]: Eq 9, each query's nearest ⌈α(N-1)⌉ negatives
+    reduction: str = "mean",    # "mean", "sum", or "none" (shape [B])
+) -> Tensor:
+    "[WL21] Eq 1 (Eq 9 with `alpha`) of each query against the bank: the cross-entropy of q·bankᵀ/τ, the own row the class."
+    tau = check_positive("tau", tau)
+    idx = check_bank_inputs(q, bank, idx)
+    sim = q @ bank.T.to(q.dtype)  # [B, N]: s_ii at column idx[i], the N - 1 negatives elsewhere
+    if alpha is not None:
+        others = sim.detach().scatter(1, idx[:, None], float("-inf"))  # the own row takes no part in the selection
+        s_alpha = others.topk(n_informative(bank.shape[0] - 1, alpha), dim=1).values[:, -1:]
+        sim = sim.masked_fill((others < s_alpha).scatter_(1, idx[:, None], False), float("-inf"))
+    return reduce_loss(F.cross_entropy(sim / tau, idx, reduction="none"), reduction)
 
 # %% ../nbs/06_memory_bank.ipynb #22718662
-def _similarities(self: MemoryBank, q: Tensor, idx: Tensor) -> tuple[Tensor, Tensor]:
-    "`pos` [B] (each query against its own row) and `neg` [B, N-1] (against all other rows)."
-    idx = _check_indices(self, idx, q.shape[0] if isinstance(q, Tensor) and q.ndim == 2 else -1)
-    return bank_similarities(q, self.features.detach().to(q.dtype), idx)
+@patch
+def similarities(self: MemoryBank, q: Tensor, idx: Tensor) -> tuple[Tensor, Tensor]:
+    "`pos` [B] (each query against its own row) and `neg` [B, N-1] (against all other rows) of the queries `q` [B, d]."
+    rows = self.features.detach()
+    return bank_similarities(q, rows.to(q.dtype) if isinstance(q, Tensor) else rows, idx)
 
-def _loss(self: MemoryBank, q: Tensor, idx: Tensor, loss: str = "contrastive", reduction: str = "mean", **params) -> Tensor:
-    "The loss named `loss` (see `apply_loss`) of the queries `q` [B, d] against the bank."
-    if loss in ("contrastive", "hard_contrastive"):  # one pass, no [B, N-1] copy of the negatives
-        _check_loss_params(loss, params)
-        idx = _check_indices(self, idx, q.shape[0] if isinstance(q, Tensor) and q.ndim == 2 else -1)
-        return bank_contrastive_loss(q, self.features.detach(), idx, params["tau"], params.get("alpha"), reduction)
-    return apply_loss(loss, *self.similarities(q, idx), reduction=reduction, **params)
-
-MemoryBank.similarities = _similarities
-MemoryBank.loss = _loss
+@patch
+def loss(
+    self: MemoryBank,
+    q: Tensor,               # [B, d] query embeddings
+    idx: Tensor,             # [B] each query's own row
+    loss: str = "contrastive", # a name of `LOSS_NAMES` (lesson 00)
+    reduction: str = "mean", # "mean", "sum", or "none" (shape [B])
+    fast: bool = True,       # Eq 1 and Eq 9 by lesson 14's one-pass version (the same numbers); False: this lesson's
+    **params,                # exactly the loss's hyper-parameters (see `LOSS_PARAMS`)
+) -> Tensor:
+    "The loss named `loss` of the queries `q` [B, d] against the bank (its rows detached)."
+    check_loss_params(loss, params)
+    if loss not in ("contrastive", "hard_contrastive"):
+        return apply_loss(loss, *self.similarities(q, idx), reduction=reduction, **params)
+    if fast: from ctl_explore.fast import fast_bank_contrastive_loss as bank_loss  # imported on first use only
+    else: bank_loss = bank_contrastive_loss
+    return bank_loss(q, self.features.detach(), idx, params["tau"], params.get("alpha"), reduction)
 
 # %% ../nbs/06_memory_bank.ipynb #728f4706
 def batch_loss(z1: Tensor, z2: Tensor, loss: str = "contrastive", reduction: str = "mean", **params) -> Tensor:

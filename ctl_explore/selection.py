@@ -12,29 +12,44 @@ import numpy as np
 import torch
 from torch import Tensor
 
-try:
-    import numba
-except ImportError:  # the kernels then stay plain Python and `can_select_fast` answers False
-    numba = None
+from .checks import check_index_tensor, check_int, check_positive
 
-HAVE_NUMBA = numba is not None
+_KERNELS: dict = {}         # name -> (plain Python function, numba options) of every kernel below
+_NUMBA: bool | None = None  # whether numba compiled the kernels; None until `numba_kernels()` first runs
+
+def _compile(f, options: dict):
+    import numba
+    try: return numba.njit(nogil=True, cache="__file__" in globals(), **options)(f)  # cached on disk from a module file
+    except RuntimeError: return numba.njit(nogil=True, **options)(f)  # no writable cache folder: compile in each process
 
 def _jit(**options):
-    "numba's compiler without the GIL, cached on disk when the code lives in a module file (not in a notebook cell)."
-    if numba is None: return lambda f: f
-    def compile(f):
-        try: return numba.njit(nogil=True, cache="__file__" in globals(), **options)(f)
-        except RuntimeError: return numba.njit(nogil=True, **options)(f)  # no writable cache folder: compile in each process
-    return compile
+    "Register a kernel: plain Python until `numba_kernels()` compiles it (at once if numba is already loaded)."
+    def register(f):
+        _KERNELS[f.__name__] = (f, options)
+        return _compile(f, options) if _NUMBA else f
+    return register
+
+def numba_kernels() -> bool:
+    "Compile the kernels with numba on the first call (the only place numba is imported); False if numba is not installed."
+    global _NUMBA
+    if _NUMBA is None:
+        try: import numba  # noqa: F401  (the optional extra: pip install "ctl_explore[fast]")
+        except ImportError: _NUMBA = False
+        else:
+            space = globals()
+            for name, (f, options) in _KERNELS.items(): space[name] = _compile(f, options)
+            if "_numba_trailing_zeros" in space: space["_trailing_zeros"] = space["_numba_trailing_zeros"]()  # see the kernels below
+            _NUMBA = True
+    return _NUMBA
 
 # %% auto #0
-__all__ = ['HAVE_NUMBA', 'can_select_fast', 'mask_below_kth_', 'compact_top_k']
+__all__ = ['numba_kernels', 'map_row_blocks', 'can_select_fast', 'mask_below_kth_', 'compact_top_k']
 
 # %% ../nbs/13_fast_selection.ipynb #64637e7f
 _POOL: tuple[int, ThreadPoolExecutor] | None = None  # (workers, pool), made on first use
 _PARALLEL_MIN = 1 << 20  # elements from which a matrix's rows are split over threads
 
-def _map_row_blocks(fn, n_rows: int, n_elements: int) -> list:
+def map_row_blocks(fn, n_rows: int, n_elements: int) -> list:
     "`fn(start, stop)` over contiguous row blocks, one per thread (torch's intra-op count), in order; serial when small."
     threads = min(torch.get_num_threads(), n_rows)
     if threads < 2 or n_elements < _PARALLEL_MIN: return [fn(0, n_rows)]
@@ -84,10 +99,13 @@ def _trailing_zeros_de_bruijn(mask):
     lowest = mask & (~mask + np.uint64(1))
     return _DE_BRUIJN[(lowest * _DE_BRUIJN_CONSTANT) >> np.uint64(58)]
 
-try:
-    from numba.cpython.unsafe.numbers import trailing_zeros as _trailing_zeros
-except ImportError:  # pragma: no cover (older or newer numba)
-    _trailing_zeros = _trailing_zeros_de_bruijn
+def _numba_trailing_zeros():
+    "numba's one-instruction count of trailing zeros, or the compiled de Bruijn version if this numba lacks it."
+    try: from numba.cpython.unsafe.numbers import trailing_zeros
+    except ImportError: return globals()["_trailing_zeros_de_bruijn"]  # pragma: no cover (older or newer numba)
+    return trailing_zeros
+
+_trailing_zeros = _numba_trailing_zeros() if _NUMBA else _trailing_zeros_de_bruijn  # numba_kernels() swaps it
 
 @_jit()
 def _gather_at_least(row, low, buf, at):
@@ -222,31 +240,22 @@ def _select_rows(x, own, lo, hi, k, tau, stride, out, vals, cols):
 
 # %% ../nbs/13_fast_selection.ipynb #0dbfb1cf
 def can_select_fast(x: Tensor) -> bool:
-    "Whether the compiled kernels take `x`: numba is installed and `x` is a contiguous float32/float64 CPU matrix."
-    return (HAVE_NUMBA and isinstance(x, Tensor) and x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64)
-            and x.dim() == 2 and x.is_contiguous())
+    "Whether the compiled kernels take `x`: a contiguous float32/float64 CPU matrix, and numba installed (compiled on first call)."
+    return (isinstance(x, Tensor) and x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64)
+            and x.dim() == 2 and x.is_contiguous() and numba_kernels())
 
-def _check_select_args(x, k, own) -> Tensor | None:
+def _prepare(x, k, tau, own):
+    "Checked arguments as numpy views: (x, own or -1s, row minima, row maxima, tau in x's dtype)."
+    if not numba_kernels(): raise ImportError('the compiled selection needs numba: pip install "ctl_explore[fast]"')
     if not isinstance(x, Tensor) or x.dim() != 2 or x.dtype not in (torch.float32, torch.float64) or x.device.type != "cpu":
         raise ValueError(f"x must be a float32 or float64 CPU tensor of shape [B, N], got "
                          f"{getattr(x, 'dtype', type(x).__name__)} {tuple(getattr(x, 'shape', ()))} on {getattr(x, 'device', '?')}")
     if not x.is_contiguous(): raise ValueError("x must be contiguous (it is modified in place)")
     if x.requires_grad: raise ValueError("x must not require grad (it is modified in place)")
     rows, n = x.shape
-    if own is not None:
-        if not isinstance(own, Tensor) or own.dtype not in (torch.int32, torch.int64) or own.shape != (rows,):
-            raise ValueError(f"own must be an integer tensor of shape [B] = [{rows}], got {getattr(own, 'dtype', type(own).__name__)} {tuple(getattr(own, 'shape', ()))}")
-        if rows and (int(own.min()) < 0 or int(own.max()) >= n):
-            raise ValueError(f"own must hold column indices in [0, {n}), got values in [{int(own.min())}, {int(own.max())}]")
-    n_values = n - (own is not None)
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= n_values:
-        raise ValueError(f"k must be an integer in [1, {n_values}] (the values per row{' besides the own column' if own is not None else ''}), got {k!r}")
-    return None if own is None else own.to(torch.int64)
-
-def _prepare(x, k, tau, own):
-    "Checked arguments as numpy views: (x, own or -1s, row minima, row maxima, tau in x's dtype)."
-    own = _check_select_args(x, k, own)
-    if not (isinstance(tau, (int, float)) and math.isfinite(tau) and tau > 0): raise ValueError(f"tau must be a finite number > 0, got {tau!r}")
+    if own is not None: own = check_index_tensor("own", own, rows, n, "column indices of x")
+    k = check_int("k", k, 1, n - (own is not None), "the values per row" + (" besides the own column" if own is not None else ""))
+    tau = check_positive("tau", tau)
     lo, hi = x.amin(dim=1), x.amax(dim=1)  # with the own column: harmless, the bins only get a little wider
     if x.numel() and not (torch.isfinite(lo).all() and torch.isfinite(hi).all()): raise ValueError("x must be finite")
     own = own if own is not None else torch.full((x.shape[0],), -1)
@@ -257,7 +266,7 @@ def _run_rows(xs, own, lo, hi, k, tau, out, vals, cols) -> tuple[int, int]:
     "`_select_rows` over row blocks on the thread pool: (fallbacks, widest compact row)."
     def block(a, b):
         return _select_rows(xs[a:b], own[a:b], lo[a:b], hi[a:b], k, tau, _STRIDE, out[a:b], vals[a:b], cols[a:b])
-    done = _map_row_blocks(block, xs.shape[0], xs.size)
+    done = map_row_blocks(block, xs.shape[0], xs.size)
     return sum(d[0] for d in done), max((d[1] for d in done), default=0)
 
 def mask_below_kth_(

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from torch.testing import assert_close
 
 from ctl_explore.losses import (
-    LOSS_NAMES, LOSS_PARAMS, apply_loss, bank_contrastive_loss, bank_similarities, contrastive_loss, hard_contrastive_loss, hard_simple_loss, informative_mask, n_informative,
+    LOSS_NAMES, LOSS_PARAMS, apply_loss, contrastive_loss, hard_contrastive_loss, hard_simple_loss, informative_mask, n_informative,
     pair_similarities, simple_limit_loss, simple_loss, triplet_limit_loss,
 )
 from ctl_strategies import (
@@ -444,31 +444,6 @@ def test_pair_similarities_gradients_reach_both_views(zs):
     assert_close(z2.grad, z2r.grad, rtol=1e-10, atol=1e-10)
 
 
-@given(unit_embeddings(n_sets=1), st.integers(2, 12), st.integers(0, 2**32 - 1), st.booleans())
-def test_bank_similarities_match_naive_loop(qs, n_rows, seed, int32):
-    (q,) = qs
-    b, d = q.shape
-    gen = torch.Generator().manual_seed(seed)
-    bank = F.normalize(torch.randn(n_rows, d, generator=gen, dtype=F64), dim=1)
-    idx = torch.randint(0, n_rows, (b,), generator=gen, dtype=torch.int32 if int32 else torch.int64)
-    pos, neg = bank_similarities(q, bank, idx)
-    assert pos.shape == (b,) and neg.shape == (b, n_rows - 1)
-    for i in range(b):
-        own = int(idx[i])
-        assert pos[i].item() == pytest.approx(float(q[i] @ bank[own]), abs=1e-12)
-        expected = [float(q[i] @ bank[j]) for j in range(n_rows) if j != own]  # bank order, own row removed
-        assert neg[i].tolist() == pytest.approx(expected, abs=1e-12)
-
-
-def test_bank_similarities_keep_bank_order_around_own_row():
-    # one-hot bank rows make every similarity identify its column
-    bank = torch.eye(5, dtype=F64) * torch.arange(1, 6, dtype=F64)[:, None]
-    q = torch.ones(3, 5, dtype=F64)
-    pos, neg = bank_similarities(q, bank, torch.tensor([0, 2, 4]))
-    assert pos.tolist() == [1.0, 3.0, 5.0]
-    assert neg.tolist() == [[2, 3, 4, 5], [1, 2, 4, 5], [1, 2, 3, 4]]
-
-
 # ============================================================ 8. argument checking
 
 P = torch.tensor([0.1, 0.2], dtype=F64)
@@ -599,63 +574,9 @@ def test_pair_similarities_argument_errors():
         pair_similarities(Z, Z.numpy())
 
 
-def test_bank_similarities_argument_errors():
-    bank = F.normalize(torch.randn(6, 4, dtype=F64, generator=torch.Generator().manual_seed(1)), dim=1)
-    idx = torch.tensor([0, 5, 2])
-    with pytest.raises(ValueError, match="idx"):
-        bank_similarities(Z, bank, torch.tensor([0, 6, 2]))
-    with pytest.raises(ValueError, match="idx"):
-        bank_similarities(Z, bank, torch.tensor([0, -1, 2]))
-    with pytest.raises(ValueError, match="idx"):
-        bank_similarities(Z, bank, idx.double())
-    with pytest.raises(ValueError, match="idx"):
-        bank_similarities(Z, bank, idx[:2])
-    with pytest.raises(ValueError, match="bank"):
-        bank_similarities(Z, bank[:, :3], idx)  # feature sizes differ
-    with pytest.raises(ValueError, match="bank"):
-        bank_similarities(Z, bank[:1], torch.tensor([0, 0, 0]))  # N = 1: no negatives
-    with pytest.raises(ValueError, match="q"):
-        bank_similarities(_with(Z, (1, 1), NAN), bank, idx)
-    with pytest.raises(TypeError, match="q"):
-        bank_similarities(Z.tolist(), bank, idx)
-    with pytest.raises(TypeError, match="bank"):
-        bank_similarities(Z, bank.tolist(), idx)
+# ============================================================ 9. gradients (autograd) against finite differences
 
-
-def test_bank_similarities_rejects_non_finite_bank():
-    bank = F.normalize(torch.randn(6, 4, dtype=F64, generator=torch.Generator().manual_seed(1)), dim=1)
-    with pytest.raises(ValueError, match="bank"):
-        bank_similarities(Z, _with(bank, (4, 0), NAN), torch.tensor([0, 5, 2]))
-
-
-def test_bank_similarities_non_tensor_idx_raises_type_error():
-    bank = F.normalize(torch.randn(6, 4, dtype=F64, generator=torch.Generator().manual_seed(1)), dim=1)
-    with pytest.raises(TypeError, match="idx"):
-        bank_similarities(Z, bank, [0, 5, 2])
-
-
-# ============================================================ 9. the hand-written backward passes and the one-pass bank loss
-
-@given(unit_embeddings(n_sets=1), st.integers(2, 40), st.integers(0, 2**32 - 1), log_uniform(0.05, 5.0),
-       st.one_of(st.none(), alpha_nums.map(lambda m: m / ALPHA_DEN)), st.booleans())
-def test_bank_contrastive_loss_equals_two_step(qs, n_rows, seed, tau, alpha, tied):
-    (q,) = qs
-    b, d = q.shape
-    gen = torch.Generator().manual_seed(seed)
-    bank = F.normalize(torch.randn(n_rows, d, generator=gen, dtype=F64), dim=1)
-    if tied and n_rows > 3: bank[n_rows // 2:] = bank[1]  # many rows tied at one similarity
-    idx = torch.randint(0, n_rows, (b,), generator=gen)
-    a, c = q.clone().requires_grad_(), q.clone().requires_grad_()
-    fused = bank_contrastive_loss(a, bank, idx, tau, alpha, reduction="none")
-    p, n = bank_similarities(c, bank, idx)
-    two_step = contrastive_loss(p, n, tau, "none") if alpha is None else hard_contrastive_loss(p, n, tau, alpha, "none")
-    assert_close(fused, two_step, rtol=1e-10, atol=1e-10)
-    (fused * torch.arange(1, b + 1)).sum().backward()  # unequal weights: each anchor's gradient must be its own
-    (two_step * torch.arange(1, b + 1)).sum().backward()
-    assert_close(a.grad, c.grad, rtol=1e-9, atol=1e-10)
-
-
-def test_hand_written_backwards_pass_gradcheck():
+def test_autograd_gradients_pass_gradcheck():
     gen = torch.Generator().manual_seed(0)
     pos = torch.rand(6, generator=gen, dtype=F64).requires_grad_()
     neg = torch.rand(6, 30, generator=gen, dtype=F64).requires_grad_()
@@ -665,10 +586,6 @@ def test_hand_written_backwards_pass_gradcheck():
     z2 = F.normalize(torch.randn(4, 5, generator=gen, dtype=F64), dim=1).requires_grad_()
     w = torch.randn(8, 6, generator=gen, dtype=F64)
     assert torch.autograd.gradcheck(lambda a, b: (lambda p, n: (p ** 2).sum() + (n * w).sum())(*pair_similarities(a, b)), (z1, z2))
-    bank = F.normalize(torch.randn(20, 5, generator=gen, dtype=F64), dim=1).requires_grad_()
-    idx = torch.tensor([0, 3, 3, 19])
-    for alpha in (None, 0.2):
-        assert torch.autograd.gradcheck(lambda q, k: bank_contrastive_loss(q, k, idx, 0.3, alpha, "none"), (z1, bank))
 
 
 def test_hard_contrastive_gradient_matches_autograd_of_kept_negatives():
@@ -687,30 +604,3 @@ def test_hard_contrastive_gradient_matches_autograd_of_kept_negatives():
     assert (n.grad[~keep] == 0).all()
 
 
-def test_bank_contrastive_loss_second_backward_and_low_precision_bank():
-    gen = torch.Generator().manual_seed(2)
-    bank = F.normalize(torch.randn(300, 16, generator=gen), dim=1)
-    q = F.normalize(torch.randn(8, 16, generator=gen), dim=1).requires_grad_()
-    idx = torch.randperm(300, generator=gen)[:8]
-    loss = bank_contrastive_loss(q, bank, idx, 0.1, 0.05)
-    first, = torch.autograd.grad(loss, q, retain_graph=True)
-    second, = torch.autograd.grad(loss, q)  # the first pass consumed the buffer in place: the second recomputes it
-    assert torch.equal(first, second)
-    # a bfloat16 bank: similarities rounded to bf16, loss and gradient in the queries' dtype, close to float32
-    low = bank_contrastive_loss(q, bank.bfloat16(), idx, 0.1, 0.05)
-    assert low.dtype == torch.float32 and abs(low.item() - loss.item()) < 0.05
-    g_low, = torch.autograd.grad(low, q)
-    assert g_low.dtype == torch.float32 and torch.nn.functional.cosine_similarity(g_low.flatten(), first.flatten(), dim=0) > 0.99
-
-
-def test_bank_contrastive_loss_argument_errors():
-    bank = F.normalize(torch.randn(6, 4, dtype=F64, generator=torch.Generator().manual_seed(3)), dim=1)
-    q = bank[:3].clone()
-    idx = torch.tensor([0, 1, 2])
-    bad = q.clone(); bad[1, 2] = float("nan")
-    with pytest.raises(ValueError, match="tau must be a finite number > 0"): bank_contrastive_loss(q, bank, idx, 0.0)
-    with pytest.raises(ValueError, match=r"alpha must lie in \(0, 1\]"): bank_contrastive_loss(q, bank, idx, 0.1, 1.5)
-    with pytest.raises(ValueError, match="reduction must be one of"): bank_contrastive_loss(q, bank, idx, 0.1, reduction="avg")
-    with pytest.raises(ValueError, match="idx must index rows of bank"): bank_contrastive_loss(q, bank, torch.tensor([0, 1, 6]), 0.1)
-    with pytest.raises(ValueError, match="same feature size"): bank_contrastive_loss(q[:, :3], bank, idx, 0.1)
-    with pytest.raises(ValueError, match="finite"): bank_contrastive_loss(bad, bank, idx, 0.1)

@@ -1,4 +1,5 @@
-"""The memory bank: EMA update and renormalisation, validation, and the hard top-k against a brute-force reference."""
+"""The memory bank: EMA update and renormalisation, validation, the bank's similarities and its plain loss (Eq 1, Eq 9)
+against lesson 00's losses on the split similarities, and the hard top-k against a brute-force reference."""
 from __future__ import annotations
 
 import math
@@ -6,9 +7,23 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given
+from hypothesis import strategies as st
+from torch.testing import assert_close
 
-from ctl_explore.losses import contrastive_loss
-from ctl_explore.memory_bank import MemoryBank, batch_loss
+from ctl_explore.losses import contrastive_loss, hard_contrastive_loss
+from ctl_explore.memory_bank import MemoryBank, bank_contrastive_loss, bank_similarities, batch_loss
+from ctl_strategies import log_uniform, unit_embeddings
+
+F64 = torch.float64
+NAN = float("nan")
+Z = F.normalize(torch.randn(3, 4, dtype=F64, generator=torch.Generator().manual_seed(0)), dim=1)
+
+
+def _with(t: torch.Tensor, index, value) -> torch.Tensor:
+    t = t.clone()
+    t[index] = value
+    return t
 
 
 def _bank(size=40, dim=6, momentum=0.5, seed=0):
@@ -98,7 +113,7 @@ def test_batch_loss_matches_pair_formulation():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(size=1, dim=4), "size must be at least 2"),
+    (dict(size=1, dim=4), r"size must be an integer >= 2 \(every sample needs a negative\)"),
     (dict(size=10, dim=0), "dim must be an integer >= 1"),
     (dict(size=10, dim=4, momentum=1.0), r"momentum must lie in \[0, 1\)"),
     (dict(size=10, dim=4, momentum=-0.1), "momentum"),
@@ -121,3 +136,117 @@ def test_bad_updates_and_queries():
         bank.loss(z, torch.tensor([1.0, 2.0]), tau=0.1)
     with pytest.raises(ValueError, match="does not take alpha"):
         bank.loss(z, torch.tensor([1, 2]), "contrastive", tau=0.1, alpha=0.5)
+
+
+# ------------------------------------------------------------ the bank's similarities and its plain loss
+
+@given(unit_embeddings(n_sets=1), st.integers(2, 12), st.integers(0, 2**32 - 1), st.booleans())
+def test_bank_similarities_match_naive_loop(qs, n_rows, seed, int32):
+    (q,) = qs
+    b, d = q.shape
+    gen = torch.Generator().manual_seed(seed)
+    bank = F.normalize(torch.randn(n_rows, d, generator=gen, dtype=F64), dim=1)
+    idx = torch.randint(0, n_rows, (b,), generator=gen, dtype=torch.int32 if int32 else torch.int64)
+    pos, neg = bank_similarities(q, bank, idx)
+    assert pos.shape == (b,) and neg.shape == (b, n_rows - 1)
+    for i in range(b):
+        own = int(idx[i])
+        assert pos[i].item() == pytest.approx(float(q[i] @ bank[own]), abs=1e-12)
+        expected = [float(q[i] @ bank[j]) for j in range(n_rows) if j != own]  # bank order, own row removed
+        assert neg[i].tolist() == pytest.approx(expected, abs=1e-12)
+
+
+def test_bank_similarities_keep_bank_order_around_own_row():
+    # one-hot bank rows make every similarity identify its column
+    bank = torch.eye(5, dtype=F64) * torch.arange(1, 6, dtype=F64)[:, None]
+    q = torch.ones(3, 5, dtype=F64)
+    pos, neg = bank_similarities(q, bank, torch.tensor([0, 2, 4]))
+    assert pos.tolist() == [1.0, 3.0, 5.0]
+    assert neg.tolist() == [[2, 3, 4, 5], [1, 2, 4, 5], [1, 2, 3, 4]]
+
+
+def test_bank_similarities_argument_errors():
+    bank = F.normalize(torch.randn(6, 4, dtype=F64, generator=torch.Generator().manual_seed(1)), dim=1)
+    idx = torch.tensor([0, 5, 2])
+    with pytest.raises(ValueError, match="idx"):
+        bank_similarities(Z, bank, torch.tensor([0, 6, 2]))
+    with pytest.raises(ValueError, match="idx"):
+        bank_similarities(Z, bank, torch.tensor([0, -1, 2]))
+    with pytest.raises(ValueError, match="idx"):
+        bank_similarities(Z, bank, idx.double())
+    with pytest.raises(ValueError, match="idx"):
+        bank_similarities(Z, bank, idx[:2])
+    with pytest.raises(ValueError, match="bank"):
+        bank_similarities(Z, bank[:, :3], idx)  # feature sizes differ
+    with pytest.raises(ValueError, match="bank"):
+        bank_similarities(Z, bank[:1], torch.tensor([0, 0, 0]))  # N = 1: no negatives
+    with pytest.raises(ValueError, match="q"):
+        bank_similarities(_with(Z, (1, 1), NAN), bank, idx)
+    with pytest.raises(TypeError, match="q"):
+        bank_similarities(Z.tolist(), bank, idx)
+    with pytest.raises(TypeError, match="bank"):
+        bank_similarities(Z, bank.tolist(), idx)
+
+
+def test_bank_similarities_rejects_non_finite_bank():
+    bank = F.normalize(torch.randn(6, 4, dtype=F64, generator=torch.Generator().manual_seed(1)), dim=1)
+    with pytest.raises(ValueError, match="bank"):
+        bank_similarities(Z, _with(bank, (4, 0), NAN), torch.tensor([0, 5, 2]))
+
+
+def test_bank_similarities_non_tensor_idx_raises_type_error():
+    bank = F.normalize(torch.randn(6, 4, dtype=F64, generator=torch.Generator().manual_seed(1)), dim=1)
+    with pytest.raises(TypeError, match="idx"):
+        bank_similarities(Z, bank, [0, 5, 2])
+
+
+@given(unit_embeddings(n_sets=1), st.integers(2, 40), st.integers(0, 2**32 - 1), log_uniform(0.05, 5.0),
+       st.one_of(st.none(), st.integers(1, 1000).map(lambda m: m / 1000)), st.booleans())
+def test_bank_contrastive_loss_equals_the_loss_of_the_split_similarities(qs, n_rows, seed, tau, alpha, tied):
+    (q,) = qs
+    b, d = q.shape
+    gen = torch.Generator().manual_seed(seed)
+    bank = F.normalize(torch.randn(n_rows, d, generator=gen, dtype=F64), dim=1)
+    if tied and n_rows > 3: bank[n_rows // 2:] = bank[1]  # many rows tied at one similarity
+    idx = torch.randint(0, n_rows, (b,), generator=gen)
+    a, c = q.clone().requires_grad_(), q.clone().requires_grad_()
+    one = bank_contrastive_loss(a, bank, idx, tau, alpha, reduction="none")
+    p, n = bank_similarities(c, bank, idx)
+    two = contrastive_loss(p, n, tau, "none") if alpha is None else hard_contrastive_loss(p, n, tau, alpha, "none")
+    assert_close(one, two, rtol=1e-10, atol=1e-10)
+    (one * torch.arange(1, b + 1)).sum().backward()  # unequal weights: each anchor's gradient must be its own
+    (two * torch.arange(1, b + 1)).sum().backward()
+    assert_close(a.grad, c.grad, rtol=1e-9, atol=1e-10)
+
+
+def test_bank_contrastive_loss_gradcheck_and_argument_errors():
+    gen = torch.Generator().manual_seed(0)
+    q = F.normalize(torch.randn(4, 5, generator=gen, dtype=F64), dim=1).requires_grad_()
+    bank = F.normalize(torch.randn(20, 5, generator=gen, dtype=F64), dim=1).requires_grad_()
+    idx = torch.tensor([0, 3, 3, 19])
+    for alpha in (None, 0.2):
+        assert torch.autograd.gradcheck(lambda a, v: bank_contrastive_loss(a, v, idx, 0.3, alpha, "none"), (q, bank))
+    q, bank = q.detach(), bank.detach()
+    for args, kwargs, message in [((0.0,), {}, "tau must be a finite number > 0"), ((0.1, 1.5), {}, r"alpha must lie in \(0, 1\]"),
+                                  ((0.1,), dict(reduction="avg"), "reduction must be one of")]:
+        with pytest.raises(ValueError, match=message):
+            bank_contrastive_loss(q, bank, idx, *args, **kwargs)
+    with pytest.raises(ValueError, match=r"idx must hold rows of bank, in \[0, 20\)"):
+        bank_contrastive_loss(q, bank, torch.tensor([0, 1, 2, 20]), 0.1)
+    with pytest.raises(ValueError, match="same feature size"):
+        bank_contrastive_loss(q[:, :3], bank, idx, 0.1)
+    with pytest.raises(ValueError, match="q must hold finite values"):
+        bank_contrastive_loss(_with(q, (1, 2), NAN), bank, idx, 0.1)
+
+
+@pytest.mark.parametrize("name, params", [("contrastive", dict(tau=0.2)), ("hard_contrastive", dict(tau=0.2, alpha=0.1))])
+def test_bank_loss_fast_and_plain_agree(name, params):
+    bank = _bank(size=300, dim=16)
+    q = _queries(8, 16).requires_grad_()
+    idx = torch.randperm(300, generator=torch.Generator().manual_seed(2))[:8]
+    plain = bank.loss(q, idx, name, fast=False, **params)
+    (g_plain,) = torch.autograd.grad(plain, q)
+    fast = bank.loss(q, idx, name, **params)
+    (g_fast,) = torch.autograd.grad(fast, q)
+    assert_close(fast, plain, rtol=1e-5, atol=1e-6)
+    assert_close(g_fast, g_plain, rtol=1e-4, atol=1e-6)

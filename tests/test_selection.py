@@ -13,13 +13,19 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import ctl_explore.losses as losses
-from ctl_explore.losses import bank_contrastive_loss, bank_similarities, hard_contrastive_loss
+import ctl_explore.fast as fast_module
+import ctl_explore.selection as selection
+from ctl_explore.fast import fast_bank_contrastive_loss
+from ctl_explore.losses import hard_contrastive_loss
+from ctl_explore.memory_bank import bank_similarities
 from ctl_explore.selection import (
-    _STRIDE, HAVE_NUMBA, _select_rows, _trailing_zeros_de_bruijn, can_select_fast, compact_top_k, mask_below_kth_,
+    _STRIDE, can_select_fast, compact_top_k, mask_below_kth_, numba_kernels,
 )
 
-pytestmark = pytest.mark.skipif(not HAVE_NUMBA, reason="numba is not installed: the compiled selection is not used")
+pytestmark = pytest.mark.skipif(not numba_kernels(), reason="numba is not installed: the compiled selection is not used")
+# numba_kernels() replaced the module's kernels by compiled ones: read them from the module, not from an early import
+_select_rows = lambda *args: selection._select_rows(*args)
+_trailing_zeros_de_bruijn = lambda mask: selection._trailing_zeros_de_bruijn(mask)
 
 
 def reference(x: torch.Tensor, k: int, tau: float, own: torch.Tensor | None):
@@ -134,26 +140,26 @@ def test_threaded_rows_match_single_thread():
     assert torch.equal(z, y)
 
 
-def test_bank_loss_compact_path_agrees_with_lesson_00s_dense_path():
+def test_bank_loss_compact_path_agrees_with_the_dense_path():
     gen = torch.Generator().manual_seed(2)
     bank = F.normalize(torch.randn(9000, 32, generator=gen), dim=1)
     q = F.normalize(torch.randn(20, 32, generator=gen), dim=1)
     idx = torch.randint(0, 9000, (20,), generator=gen)
     assert can_select_fast(q @ bank.T)
     a, b = q.clone().requires_grad_(), q.clone().requires_grad_()
-    fast = bank_contrastive_loss(a, bank, idx, 0.07, alpha=0.0819, reduction="none")
-    original = losses.can_select_fast
-    losses.can_select_fast = lambda x: False
+    fast = fast_bank_contrastive_loss(a, bank, idx, 0.07, alpha=0.0819, reduction="none")
+    original = fast_module.can_select_fast
+    fast_module.can_select_fast = lambda x: False  # the dense path, torch.topk
     try:
-        slow = bank_contrastive_loss(b, bank, idx, 0.07, alpha=0.0819, reduction="none")
+        slow = fast_bank_contrastive_loss(b, bank, idx, 0.07, alpha=0.0819, reduction="none")
     finally:
-        losses.can_select_fast = original
+        fast_module.can_select_fast = original
     torch.testing.assert_close(fast, slow, rtol=1e-5, atol=1e-6)  # same terms, summed in another order
     fast.sum().backward(); slow.sum().backward()
     torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-6)
     # and both equal the two-step definition (float64)
     q64, bank64 = q.double(), bank.double()
-    torch.testing.assert_close(bank_contrastive_loss(q64, bank64, idx, 0.07, 0.0819, "none"),
+    torch.testing.assert_close(fast_bank_contrastive_loss(q64, bank64, idx, 0.07, 0.0819, "none"),
                                hard_contrastive_loss(*bank_similarities(q64, bank64, idx), 0.07, 0.0819, "none"), rtol=0, atol=1e-12)
 
 
@@ -162,8 +168,8 @@ def test_bad_input_is_named():
     with pytest.raises(ValueError, match=r"k must be an integer in \[1, 10\]"): mask_below_kth_(x, 11)
     with pytest.raises(ValueError, match=r"k must be an integer in \[1, 9\]"): mask_below_kth_(x, 10, own=torch.tensor([1, 2, 3]))
     with pytest.raises(ValueError, match="k must be an integer"): mask_below_kth_(x, 2.0)
-    with pytest.raises(ValueError, match="own must be an integer tensor"): mask_below_kth_(x, 2, own=torch.tensor([1.0, 2.0, 3.0]))
-    with pytest.raises(ValueError, match=r"own must hold column indices in \[0, 10\)"): mask_below_kth_(x, 2, own=torch.tensor([-1, 2, 3]))
+    with pytest.raises(ValueError, match=r"own must be an integer tensor of shape \[3\]"): mask_below_kth_(x, 2, own=torch.tensor([1.0, 2.0, 3.0]))
+    with pytest.raises(ValueError, match=r"own must hold column indices of x, in \[0, 10\)"): mask_below_kth_(x, 2, own=torch.tensor([-1, 2, 3]))
     with pytest.raises(ValueError, match="x must be a float32 or float64 CPU tensor"): mask_below_kth_(x.bfloat16(), 2)
     with pytest.raises(ValueError, match="x must be a float32 or float64 CPU tensor"): mask_below_kth_(x[0], 2)
     with pytest.raises(ValueError, match="x must be contiguous"): mask_below_kth_(x.T, 2)

@@ -1,0 +1,113 @@
+"""The appendix's fast memory-bank loss (`ctl_explore.fast`, lesson 14) against lesson 06's plain one, and numba as an
+optional extra: the early lessons' modules and the training code import without it."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given
+from hypothesis import strategies as st
+from torch.testing import assert_close
+
+import ctl_explore.fast as fast_module
+from ctl_explore.fast import fast_bank_contrastive_loss
+from ctl_explore.memory_bank import bank_contrastive_loss
+from ctl_strategies import log_uniform, unit_embeddings
+
+F64 = torch.float64
+
+
+def _fast_and_plain(q, bank, idx, tau, alpha, weights=None):
+    "(fast loss, plain loss, fast gradients, plain gradients), gradients to the queries and to the bank."
+    out = []
+    for loss_fn in (fast_bank_contrastive_loss, bank_contrastive_loss):
+        a, v = q.clone().requires_grad_(), bank.clone().requires_grad_()
+        loss = loss_fn(a, v, idx, tau, alpha, reduction="none")
+        (loss * (weights if weights is not None else 1)).sum().backward()
+        out.append((loss.detach(), a.grad, v.grad))
+    return out
+
+
+@given(unit_embeddings(n_sets=1), st.integers(2, 40), st.integers(0, 2**32 - 1), log_uniform(0.05, 5.0),
+       st.one_of(st.none(), st.integers(1, 1000).map(lambda m: m / 1000)), st.booleans())
+def test_fast_bank_loss_equals_the_plain_one(qs, n_rows, seed, tau, alpha, tied):
+    (q,) = qs
+    b, d = q.shape
+    gen = torch.Generator().manual_seed(seed)
+    bank = F.normalize(torch.randn(n_rows, d, generator=gen, dtype=F64), dim=1)
+    if tied and n_rows > 3: bank[n_rows // 2:] = bank[1]  # many rows tied at one similarity
+    idx = torch.randint(0, n_rows, (b,), generator=gen)
+    (fast, fq, fv), (plain, pq, pv) = _fast_and_plain(q, bank, idx, tau, alpha, torch.arange(1.0, b + 1, dtype=F64))
+    assert_close(fast, plain, rtol=1e-10, atol=1e-10)
+    assert_close(fq, pq, rtol=1e-9, atol=1e-10)
+    assert_close(fv, pv, rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_float32_compact_and_dense_paths_equal_the_plain_loss(monkeypatch, compiled):
+    if not compiled: monkeypatch.setattr(fast_module, "can_select_fast", lambda x: False)  # the path without numba
+    gen = torch.Generator().manual_seed(4)
+    bank = F.normalize(torch.randn(5000, 16, generator=gen), dim=1)
+    q = F.normalize(torch.randn(10, 16, generator=gen), dim=1)
+    idx = torch.randint(0, 5000, (10,), generator=gen)
+    for alpha in (None, 0.0819):
+        (fast, fq, fv), (plain, pq, pv) = _fast_and_plain(q, bank, idx, 0.07, alpha)
+        assert_close(fast, plain, rtol=1e-5, atol=1e-5)
+        assert_close(fq, pq, rtol=1e-4, atol=1e-5)
+        assert_close(fv, pv, rtol=1e-4, atol=1e-5)
+
+
+def test_fast_bank_loss_gradcheck():
+    gen = torch.Generator().manual_seed(0)
+    q = F.normalize(torch.randn(4, 5, generator=gen, dtype=F64), dim=1).requires_grad_()
+    bank = F.normalize(torch.randn(20, 5, generator=gen, dtype=F64), dim=1).requires_grad_()
+    idx = torch.tensor([0, 3, 3, 19])
+    for alpha in (None, 0.2):
+        assert torch.autograd.gradcheck(lambda a, v: fast_bank_contrastive_loss(a, v, idx, 0.3, alpha, "none"), (q, bank))
+
+
+def test_fast_bank_loss_second_backward_and_low_precision_bank():
+    gen = torch.Generator().manual_seed(2)
+    bank = F.normalize(torch.randn(300, 16, generator=gen), dim=1)
+    q = F.normalize(torch.randn(8, 16, generator=gen), dim=1).requires_grad_()
+    idx = torch.randperm(300, generator=gen)[:8]
+    loss = fast_bank_contrastive_loss(q, bank, idx, 0.1, 0.05)
+    first, = torch.autograd.grad(loss, q, retain_graph=True)
+    second, = torch.autograd.grad(loss, q)  # the first pass consumed the buffer in place: the second recomputes it
+    assert torch.equal(first, second)
+    # a bfloat16 bank: similarities rounded to bf16, loss and gradient in the queries' dtype, close to float32
+    low = fast_bank_contrastive_loss(q, bank.bfloat16(), idx, 0.1, 0.05)
+    assert low.dtype == torch.float32 and abs(low.item() - loss.item()) < 0.05
+    g_low, = torch.autograd.grad(low, q)
+    assert g_low.dtype == torch.float32 and F.cosine_similarity(g_low.flatten(), first.flatten(), dim=0) > 0.99
+
+
+def test_fast_bank_loss_argument_errors():
+    bank = F.normalize(torch.randn(6, 4, dtype=F64, generator=torch.Generator().manual_seed(3)), dim=1)
+    q = bank[:3].clone()
+    idx = torch.tensor([0, 1, 2])
+    bad = q.clone(); bad[1, 2] = float("nan")
+    with pytest.raises(ValueError, match="tau must be a finite number > 0"): fast_bank_contrastive_loss(q, bank, idx, 0.0)
+    with pytest.raises(ValueError, match=r"alpha must lie in \(0, 1\]"): fast_bank_contrastive_loss(q, bank, idx, 0.1, 1.5)
+    with pytest.raises(ValueError, match="reduction must be one of"): fast_bank_contrastive_loss(q, bank, idx, 0.1, reduction="avg")
+    with pytest.raises(ValueError, match="idx must hold rows of bank"): fast_bank_contrastive_loss(q, bank, torch.tensor([0, 1, 6]), 0.1)
+    with pytest.raises(ValueError, match="same feature size"): fast_bank_contrastive_loss(q[:, :3], bank, idx, 0.1)
+    with pytest.raises(ValueError, match="q must hold finite values"): fast_bank_contrastive_loss(bad, bank, idx, 0.1)
+    with pytest.raises(ValueError, match="q must hold at least one query"):
+        fast_bank_contrastive_loss(q[:0], bank, idx[:0], 0.1)
+
+
+def test_the_course_modules_and_training_import_without_numba():
+    "numba is an optional extra, imported only when the compiled selection is first used."
+    code = ("import sys\nimport ctl_explore.losses, ctl_explore.gradients, ctl_explore.memory_bank, ctl_explore.train\n"
+            "import ctl_explore.fast, ctl_explore.selection\n"
+            "assert 'numba' not in sys.modules, 'numba was imported'\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    # and lesson 00's module imports no later lesson's module
+    code = ("import sys\nimport ctl_explore.losses\n"
+            "later = sorted(m for m in sys.modules if m.startswith('ctl_explore.') and m not in ('ctl_explore.losses', 'ctl_explore.checks'))\n"
+            "assert not later, later\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
