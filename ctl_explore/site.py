@@ -19,10 +19,10 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['WIDGET_NOTE', 'WIDGET_MIME', 'SKIP_TAG', 'PLOTLY_MIME', 'MATHJAX_CONFIG', 'TEMPLATE', 'SITE_JS', 'SITE_CSS',
-           'cell_directives', 'directive_free', 'skip_reason', 'is_hidden', 'figure_html', 'widget_snapshot',
-           'prepare_kernel', 'SiteError', 'execute_lesson', 'page_notebook', 'rewrite_links', 'lesson_notebooks',
-           'page_title', 'page_exporter', 'render_page', 'build_site', 'main']
+__all__ = ['WIDGET_NOTE', 'WIDGET_MIME', 'SNAPSHOTS_MIME', 'SKIP_TAG', 'PLOTLY_MIME', 'MATHJAX_CONFIG', 'TEMPLATE', 'SITE_JS',
+           'SITE_CSS', 'cell_directives', 'directive_free', 'skip_reason', 'is_hidden', 'figure_html',
+           'widget_snapshot', 'final_snapshots', 'prepare_kernel', 'SiteError', 'execute_lesson', 'page_notebook',
+           'rewrite_links', 'lesson_notebooks', 'page_title', 'page_exporter', 'render_page', 'build_site', 'main']
 
 # %% ../nbs/91_site.ipynb #s005
 _DIRECTIVE = re.compile(r"^\s*#\|\s*([\w-]+)\s*:?\s*(.*?)\s*$")
@@ -140,6 +140,21 @@ def widget_snapshot(w) -> str:
 # %% ../nbs/91_site.ipynb #s016
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
+SNAPSHOTS_MIME = "application/vnd.ctl-explore.widget-snapshots+json"
+_DISPLAYED: list = []  # in a lesson's kernel: the widgets displayed so far, in order
+
+def _snapshot_block(w, k: int) -> str:
+    "Widget `w`'s snapshot with its note, marked as the k-th widget displayed; '' for a widget already closed."
+    if getattr(w, "comm", True) is None: return ""
+    try: snap = widget_snapshot(w)
+    except Exception as e: snap = f'<p class="ctl-widget-note">(no snapshot of this widget: {html.escape(type(e).__name__)}: {html.escape(str(e))})</p>'
+    return f'<div class="ctl-widget" data-ctl-widget="{k}">{WIDGET_NOTE}{snap}</div>'
+
+def final_snapshots() -> None:
+    "In a lesson's kernel, after its last cell: display every displayed widget's snapshot as it is now."
+    from IPython.display import display
+    display({SNAPSHOTS_MIME: {str(k): _snapshot_block(w, k) for k, w in enumerate(_DISPLAYED)}}, raw=True)
+
 def prepare_kernel() -> None:
     "In a lesson's kernel, before its first cell: plotly figures as JSON outputs, widgets' outputs with an HTML snapshot."
     from IPython import get_ipython
@@ -154,9 +169,8 @@ def prepare_kernel() -> None:
     def format(obj, include=None, exclude=None):
         data, meta = plain(obj, include=include, exclude=exclude)
         if WIDGET_MIME in data and "text/html" not in data:
-            try: snap = widget_snapshot(obj)
-            except Exception as e: snap = f'<p class="ctl-widget-note">(no snapshot of this widget: {html.escape(type(e).__name__)}: {html.escape(str(e))})</p>'
-            data = {**data, "text/html": f'<div class="ctl-widget">{WIDGET_NOTE}{snap}</div>'}
+            _DISPLAYED.append(obj)
+            data = {**data, "text/html": _snapshot_block(obj, len(_DISPLAYED) - 1)}
         return data, meta
     format._ctl_snapshots = True
     formatter.format = format
@@ -166,6 +180,8 @@ class SiteError(Exception):
     "The site could not be built; the message says what to do."
 
 _SETUP = "import ctl_explore.site as _ctl_site\n_ctl_site.prepare_kernel()\ndel _ctl_site"
+_FINAL = "import ctl_explore.site as _ctl_site\n_ctl_site.final_snapshots()\ndel _ctl_site"
+_MARK = re.compile(r'^<div class="ctl-widget" data-ctl-widget="(\d+)">')
 SKIP_TAG = "skip-execution"
 
 def _first_line(source: str) -> str:
@@ -187,6 +203,7 @@ def execute_lesson(path: str | Path, flags: list[str] | tuple[str, ...], timeout
             skipped[i] = reason
             cell.metadata.setdefault("tags", []).append(SKIP_TAG)
     nb.cells.insert(0, nbformat.v4.new_code_cell(_SETUP))
+    nb.cells.append(nbformat.v4.new_code_cell(_FINAL))
     failed = {}
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}},
                             extra_arguments=["--IPKernelApp.log_level=ERROR"],  # not the warning about TCP on loopback
@@ -202,9 +219,14 @@ def execute_lesson(path: str | Path, flags: list[str] | tuple[str, ...], timeout
     except Exception as e:
         raise SiteError(f"{path.name} could not run: {type(e).__name__}: {e}") from None
     nb.cells.pop(0)
+    final = nb.cells.pop()
+    snaps = next((o.data[SNAPSHOTS_MIME] for o in final.outputs if SNAPSHOTS_MIME in o.get("data", {})), {})
     for cell in nb.cells:
         if cell.cell_type == "code":
             if cell.get("execution_count"): cell.execution_count -= 1
+            for out in cell.get("outputs", []):
+                m = _MARK.match(out.get("data", {}).get("text/html", "")) if WIDGET_MIME in out.get("data", {}) else None
+                if m and m.group(1) in snaps: out.data["text/html"] = snaps[m.group(1)]
             tags = cell.metadata.get("tags", [])
             if SKIP_TAG in tags:
                 tags.remove(SKIP_TAG)
@@ -240,6 +262,7 @@ def page_notebook(nb, skipped: dict[int, str] | None = None):
                 out.data = {"text/html": figure_html(data[PLOTLY_MIME])}
                 counts["figures"] += 1
             elif WIDGET_MIME in data:
+                if data.get("text/html") == "": continue  # closed before the lesson ended: gone in JupyterLab too
                 counts["widgets"] += 1
                 snap = data.get("text/html") or f'<div class="ctl-widget">{WIDGET_NOTE}</div>'
                 counts["figures"] += snap.count('class="ctl-plotly"')
