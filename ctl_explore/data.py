@@ -18,6 +18,8 @@ from fastcore.basics import patch
 from torch import Tensor
 from tqdm import tqdm
 
+from .checks import check_interval, check_probability
+
 # %% auto #0
 __all__ = ['IMAGENET100_CLASSES', 'EVAL_CROP_FRACTION', 'DATASETS', 'FULL_IMAGE_SIZE', 'NORMALIZATION', 'ImageData',
            'stratified_split', 'DatasetNotFoundError', 'CorruptImageError', 'data_root', 'imagenet100_files',
@@ -438,10 +440,6 @@ def load_dataset(
     return data.to(device) if device is not None else data
 
 # %% ../nbs/04_data.ipynb #1117b39d
-def _check_range(name: str, r, low: float, high: float) -> None:
-    if not (isinstance(r, (tuple, list)) and len(r) == 2 and low <= r[0] <= r[1] <= high):
-        raise ValueError(f"{name} must be a pair (lo, hi) with {low} <= lo <= hi <= {high}, got {r!r}")
-
 def _check_float_images(name: str, x) -> Tensor:
     if not isinstance(x, Tensor) or not x.is_floating_point() or x.ndim != 4:
         raise ValueError(f"{name} must be a floating-point tensor [N, C, H, W], got {getattr(x, 'dtype', type(x).__name__)} "
@@ -475,7 +473,7 @@ def sample_crop_boxes(
     "Random crop boxes [n, 4] as (top, left, height, width) in pixels, drawn like torchvision's RandomResizedCrop."
     if isinstance(n, bool) or not isinstance(n, int) or n < 1: raise ValueError(f"n must be an integer >= 1, got {n!r}")
     _check_sides("height", height, n); _check_sides("width", width, n)
-    _check_range("scale", scale, 1e-6, 1.0); _check_range("ratio", ratio, 1e-6, math.inf)
+    check_interval("scale", scale, 1e-6, 1.0); check_interval("ratio", ratio, 1e-6, math.inf)
     u = _uniform((n, tries, 2), generator)
     v = _uniform((n, 2), generator)
     H = torch.as_tensor(height, dtype=torch.float32, device=u.device).reshape(-1, 1)  # [1, 1], or [n, 1] per image
@@ -647,9 +645,6 @@ def image_stats(images: Tensor) -> tuple[tuple[float, ...], tuple[float, ...]]:
     return tuple(means), tuple(stds)
 
 # %% ../nbs/04_data.ipynb #a7e5484b
-def _check_prob(name: str, p) -> None:
-    if not (isinstance(p, (int, float)) and 0 <= p <= 1): raise ValueError(f"{name} must be a probability in [0, 1], got {p!r}")
-
 @dataclass(frozen=True)
 class AugmentParams:
     "One augmentation recipe: [WL21]'s operations and their parameters (see `augment_params` for the presets)."
@@ -672,16 +667,16 @@ class AugmentParams:
     def __post_init__(self):
         if self.size is not None and (isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < 1):
             raise ValueError(f"size must be an integer >= 1 or None, got {self.size!r}")
-        _check_range("crop_scale", self.crop_scale, 1e-6, 1.0)
-        _check_range("crop_ratio", self.crop_ratio, 1e-6, math.inf)
-        for name in ("flip_p", "jitter_p", "grayscale_p", "blur_p"): _check_prob(name, getattr(self, name))
+        check_interval("crop_scale", self.crop_scale, 1e-6, 1.0)
+        check_interval("crop_ratio", self.crop_ratio, 1e-6, math.inf)
+        for name in ("flip_p", "jitter_p", "grayscale_p", "blur_p"): check_probability(name, getattr(self, name))
         for name in ("brightness", "contrast", "saturation"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and 0 <= v <= 1): raise ValueError(f"{name} must lie in [0, 1], got {v!r}")
         if not (isinstance(self.hue, (int, float)) and 0 <= self.hue <= 0.5): raise ValueError(f"hue must lie in [0, 0.5], got {self.hue!r}")
         if not (isinstance(self.max_rotation, (int, float)) and 0 <= self.max_rotation <= 180):
             raise ValueError(f"max_rotation must lie in [0, 180] degrees, got {self.max_rotation!r}")
-        _check_range("blur_sigma", self.blur_sigma, 0.0, 1.0)
+        check_interval("blur_sigma", self.blur_sigma, 0.0, 1.0)
         if len(self.mean) != len(self.std) or not all(s > 0 for s in self.std):
             raise ValueError(f"mean and std must have one entry per channel and std > 0, got {self.mean!r}, {self.std!r}")
 

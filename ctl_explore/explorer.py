@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from fastcore.basics import patch
 from torch import Tensor
 
+from .checks import check_in_range, check_int
 from .gradients import loss_gradients, penalty_entropy, relative_penalty
 from ctl_explore.losses import (
     contrastive_loss, hard_contrastive_loss, hard_simple_loss, informative_mask, pair_similarities,
@@ -39,18 +40,8 @@ POS_RANGE = (-1.0, 1.0)     # a cosine similarity
 MAX_K = 4096                # most negatives the explorer computes on
 
 def _check_in(name: str, value, low: float, high: float) -> float:
-    "`value` as a float, or a `ValueError` unless it is a number in [low, high]."
-    try: v = float(value)
-    except (TypeError, ValueError, RuntimeError): v = float("nan")
-    if not (low <= v <= high):
-        raise ValueError(f"{name} must lie in [{low:g}, {high:g}] (the range of its slider), got {value!r}")
-    return v
-
-def _check_int_in(name: str, value, low: int, high: int) -> int:
-    "`value` as an int, or a `ValueError` unless it is an integer in [low, high]."
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not (low <= value <= high):
-        raise ValueError(f"{name} must be an int in [{low}, {high}], got {value!r}")
-    return int(value)
+    "`value` as a float, or a `ValueError` unless it is a number in [low, high], the range of its slider."
+    return check_in_range(name, value, low, high, why="the range of its slider")
 
 # %% ../nbs/02_explorer.ipynb #b5332b2e
 SOURCES = {
@@ -82,8 +73,8 @@ def digit_similarities(
 ) -> tuple[float, Tensor]:
     "s_ii of digit `anchor` with a noisy copy of itself, and its similarities [k] to `k` other digits drawn at random."
     pixels, mean, feats = _digit_features()
-    anchor = _check_int_in("anchor", anchor, 0, len(feats) - 1)
-    k = _check_int_in("k", k, 1, len(feats) - 1)
+    anchor = check_int("anchor", anchor, 0, len(feats) - 1)
+    k = check_int("k", k, 1, len(feats) - 1)
     g = torch.Generator().manual_seed(seed)
     view = pixels[anchor] + noise * torch.randn(pixels.shape[1], generator=g, dtype=torch.float64)
     pos = F.normalize(view - mean, dim=0) @ feats[anchor]
@@ -98,7 +89,7 @@ def similarity_set(
     seed: int = 0,          # seeds the random sets
 ) -> tuple[float, Tensor]:
     "An anchor's positive similarity s_ii and its `k` negative similarities [k], float64, sorted ascending."
-    k = _check_int_in("k", k, 2, max_negatives(source))
+    k = check_int("k", k, 2, max_negatives(source))
     if source == "spread": pos, neg = SYNTHETIC_POSITIVE, torch.linspace(-1, 1, k, dtype=torch.float64)
     elif source == "near":
         u = torch.rand(k, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
@@ -253,7 +244,7 @@ class TemperatureExplorer(widgets.VBox):
                  pos: float | None = None,  # s_ii, in [-1, 1]; None: the set's own positive
                  seed: int = 0):            # seeds the random sets of negatives
         tau, alpha = _check_in("tau", tau, *TAU_RANGE), _check_in("alpha", alpha, *ALPHA_RANGE)
-        k = _check_int_in("k", k, 2, max_negatives(source))
+        k = check_int("k", k, 2, max_negatives(source))
         lam = _check_in("lam", 1 / k if lam is None else lam, *LAM_RANGE)
         pos = similarity_set(source, k, seed)[0] if pos is None else _check_in("pos", pos, *POS_RANGE)
         self.seed, self._quiet_depth = seed, 0
@@ -430,8 +421,8 @@ def class_clusters(
     seed: int = 0,         # seeds the offsets
 ) -> tuple[Tensor, Tensor]:
     "Points z [n_classes·per_class, 3] on S² (float64), clustered around evenly spread class centres, and their labels [n]."
-    n_classes = _check_int_in("n_classes", n_classes, 2, 12)
-    per_class = _check_int_in("per_class", per_class, 2, 500)
+    n_classes = check_int("n_classes", n_classes, 2, 12)
+    per_class = check_int("per_class", per_class, 2, 500)
     spread = _check_in("spread", spread, 0.0, 10.0)
     i = torch.arange(n_classes, dtype=torch.float64) + 0.5  # a Fibonacci lattice spreads the centres evenly
     height, angle = 1 - 2 * i / n_classes, i * math.pi * (3 - math.sqrt(5))
@@ -594,7 +585,7 @@ def reset(self: HyperspherePlayground):
 @patch
 def step(self: HyperspherePlayground, n: int = 1):
     "Take `n` gradient steps with the current loss and sliders, redrawing about 20 times on the way."
-    n = _check_int_in("n", n, 1, 100_000)
+    n = check_int("n", n, 1, 100_000)
     redraw_every = max(1, n // 20)
     buttons = (self.step_button, self.run_button, self.reset_button)
     for b in buttons: b.disabled = True

@@ -14,47 +14,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .checks import check_choice, check_embeddings, check_nonnegative, check_positive
 from .losses import REDUCTIONS, contrastive_loss, pair_similarities
 
 # %% ../nbs/11_generalized_losses.ipynb #65b7666e
-def _as_float(name: str, value) -> float:
-    "`value` as a float (nan if it is not a number); a `ValueError` for a bool or a tensor that requires a gradient."
-    if isinstance(value, bool) or (isinstance(value, Tensor) and value.dtype == torch.bool):
-        raise ValueError(f"{name} must be a number, got the boolean {value!r}")
-    if isinstance(value, Tensor) and value.requires_grad:
-        raise ValueError(f"{name} is a tensor that requires a gradient, but the losses take it as a constant; pass float({name})")
-    try: return float(value)
-    except (TypeError, ValueError, RuntimeError): return float("nan")
-
-def _check_positive(name: str, value) -> float:
-    v = _as_float(name, value)
-    if not (math.isfinite(v) and v > 0): raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return v
-
-def _check_lam(lam) -> float:
-    v = _as_float("lam", lam)
-    if not (math.isfinite(v) and v >= 0): raise ValueError(f"lam must be a finite number >= 0, got {lam!r}")
-    return v
-
-def _check_reduction(reduction) -> None:
-    if reduction not in REDUCTIONS: raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
-
 def _reduce(per_row: Tensor, reduction: str) -> Tensor:
     return per_row.mean() if reduction == "mean" else per_row.sum() if reduction == "sum" else per_row
-
-def _check_embeddings(name: str, z, shape: str = "[B, d]") -> None:
-    "`z`: a finite floating-point tensor of two dimensions."
-    if not isinstance(z, Tensor): raise TypeError(f"{name} must be a torch.Tensor of shape {shape}, got {type(z).__name__}")
-    if z.ndim != 2: raise ValueError(f"{name} must have shape {shape}, got shape {tuple(z.shape)}")
-    if not z.is_floating_point(): raise ValueError(f"{name} must be a floating-point tensor, got dtype {z.dtype}")
-    if not bool(torch.isfinite(z).all()):
-        raise ValueError(f"{name} must hold finite values, but {int((~torch.isfinite(z)).sum())} of its {z.numel()} entries are NaN or infinite")
 
 # %% ../nbs/11_generalized_losses.ipynb #b2e05b5e
 def _check_pair(z1, z2) -> None:
     "`z1`, `z2`: finite floating-point [B, d] tensors of the same shape."
-    _check_embeddings("z1", z1)
-    _check_embeddings("z2", z2)
+    check_embeddings("z1", z1)
+    check_embeddings("z2", z2)
     if z1.shape != z2.shape:
         raise ValueError(f"z1 and z2 must have the same shape [B, d], got {tuple(z1.shape)} and {tuple(z2.shape)}")
     if z1.shape[0] < 1: raise ValueError("z1 and z2 must hold at least one pair (B >= 1), got B=0")
@@ -65,7 +36,7 @@ def alignment_loss(
     reduction: str = "mean", # "mean", "sum", or "none" (one value per pair, shape [B])
 ) -> Tensor:
     "[CLL20]'s alignment loss `‖z_i − z_i'‖² / 2` per pair; for unit vectors it is `1 − s_ii`."
-    _check_reduction(reduction)
+    check_choice("reduction", reduction, REDUCTIONS)
     _check_pair(z1, z2)
     return _reduce((z1 - z2).pow(2).sum(dim=1) / 2, reduction)
 
@@ -76,9 +47,9 @@ def logsumexp_loss(
     reduction: str = "mean", # "mean", "sum", or "none" (one value per embedding, shape [N])
 ) -> Tensor:
     "[CLL20]'s LogSumExp distribution loss: `log Σ_{j≠i} exp(s_ij/τ)` for each row i of `z`."
-    tau = _check_positive("tau", tau)
-    _check_reduction(reduction)
-    _check_embeddings("z", z, "[N, d]")
+    tau = check_positive("tau", tau)
+    check_choice("reduction", reduction, REDUCTIONS)
+    check_embeddings("z", z, "[N, d]")
     if z.shape[0] < 2: raise ValueError(f"z needs at least 2 rows so that each has another to compare with, got N={z.shape[0]}")
     logits = (z @ z.T).div_(tau).fill_diagonal_(float("-inf"))
     return _reduce(torch.logsumexp(logits, dim=1), reduction)
@@ -91,8 +62,8 @@ def nt_xent_loss(
     reduction: str = "mean", # "mean", "sum", or "none" (one value per view, shape [2B]: z1's rows, then z2's)
 ) -> Tensor:
     "NT-Xent (SimCLR): Eq 1 of [WL21] over the 2B views of a batch, each view's positive being its other view."
-    tau = _check_positive("tau", tau)
-    _check_reduction(reduction)
+    tau = check_positive("tau", tau)
+    check_choice("reduction", reduction, REDUCTIONS)
     return contrastive_loss(*pair_similarities(z1, z2), tau, reduction=reduction)
 
 # %% ../nbs/11_generalized_losses.ipynb #f1b45588
@@ -103,17 +74,13 @@ def decoupled_nt_xent_loss(
     reduction: str = "mean", # "mean", "sum", or "none" (one value per view, shape [2B])
 ) -> Tensor:
     "Decoupled NT-Xent: NT-Xent with each view's positive removed from its denominator (only the 2B−2 negatives)."
-    tau = _check_positive("tau", tau)
-    _check_reduction(reduction)
+    tau = check_positive("tau", tau)
+    check_choice("reduction", reduction, REDUCTIONS)
     pos, neg = pair_similarities(z1, z2)
     return _reduce(torch.logsumexp(neg / tau, dim=1) - pos / tau, reduction)
 
 # %% ../nbs/11_generalized_losses.ipynb #34bd93b7
 SWD_PRIORS = ("gaussian", "hypersphere")
-
-def _check_prior(prior) -> str:
-    if prior not in SWD_PRIORS: raise ValueError(f"prior must be one of {SWD_PRIORS}, got {prior!r}")
-    return prior
 
 def _draw_dtype(dtype: torch.dtype) -> torch.dtype:
     "Draw random numbers in float64 for float64 inputs, else float32 (QR needs at least float32)."
@@ -141,7 +108,7 @@ def prior_samples(
     device: torch.device | str | None = None,   # default: the generator's device, else the CPU
 ) -> Tensor:
     "`n` samples [n, d] of a standard Gaussian, or of the uniform distribution on the unit sphere."
-    _check_prior(prior)
+    check_choice("prior", prior, SWD_PRIORS)
     if device is None: device = generator.device if generator is not None else "cpu"
     y = torch.randn(n, d, generator=generator, dtype=_draw_dtype(dtype), device=device)
     return (F.normalize(y, dim=1) if prior == "hypersphere" else y).to(dtype)
@@ -153,8 +120,8 @@ def swd_loss(
     generator: torch.Generator | None = None,   # the projection's and the prior samples' randomness (default: global)
 ) -> Tensor:
     "[CLL20]'s sliced Wasserstein distance from `z` to `prior`, through a fresh random orthogonal projection per call."
-    _check_prior(prior)
-    _check_embeddings("z", z, "[N, d]")
+    check_choice("prior", prior, SWD_PRIORS)
+    check_embeddings("z", z, "[N, d]")
     n, d = z.shape
     if n < 1 or d < 1: raise ValueError(f"z must hold at least one embedding of at least one dimension, got shape {tuple(z.shape)}")
     w = random_orthogonal(d, generator, z.dtype).to(z.device)
@@ -175,7 +142,7 @@ def generalized_loss(
     generator: torch.Generator | None = None, # SWD randomness (swd only)
 ) -> Tensor:
     "[CLL20]'s generalized contrastive loss: alignment + λ · distribution loss of both views stacked."
-    lam = _check_lam(lam)
+    lam = check_nonnegative("lam", lam)
     if distribution not in DISTRIBUTION_LOSSES:
         raise ValueError(f"distribution must be one of {DISTRIBUTION_LOSSES}, got {distribution!r}")
     given = {k for k, v in dict(tau=tau, prior=prior, generator=generator).items() if v is not None}

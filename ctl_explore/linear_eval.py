@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .checks import check_bool, check_in_range, check_int, check_nonnegative, check_positive
 from .data import DATASETS, AugmentParams, ImageData, TwoViewAugment, augment_params, load_dataset
 from .models import Encoder
 from .train import PretrainConfig, build_model, resolve_device, embed, load_checkpoint, threads_for, write_json_atomic
@@ -23,8 +24,6 @@ from .train import PretrainConfig, build_model, resolve_device, embed, load_chec
 __all__ = ['LinearEvalConfig', 'linear_probe', 'probe_augment_params', 'augmented_linear_probe', 'linear_eval']
 
 # %% ../nbs/08_linear_eval.ipynb #4edda496
-def _is_number(v) -> bool: return isinstance(v, (int, float)) and not isinstance(v, bool)  # True is not a learning rate
-
 @dataclass
 class LinearEvalConfig:
     "[WL21]'s linear-evaluation protocol, scaled to any epoch count; `normalize` and `augment` choose between the course's probe and the paper's code."
@@ -41,21 +40,13 @@ class LinearEvalConfig:
 
     def __post_init__(self):
         if not isinstance(self.lr_drops, (tuple, list)): raise ValueError(f"lr_drops must be a sequence of fractions, got {self.lr_drops!r}")
-        self.lr_drops = tuple(self.lr_drops)
-        for name in ("epochs", "batch_size"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1: raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int): raise ValueError(f"seed must be an integer, got {self.seed!r}")
-        if not (_is_number(self.lr) and math.isfinite(self.lr) and self.lr > 0): raise ValueError(f"lr must be a number > 0, got {self.lr!r}")
-        if not (_is_number(self.weight_decay) and math.isfinite(self.weight_decay) and self.weight_decay >= 0):
-            raise ValueError(f"weight_decay must be a finite number >= 0, got {self.weight_decay!r}")
-        if not (_is_number(self.momentum) and 0 <= self.momentum < 1): raise ValueError(f"momentum must lie in [0, 1), got {self.momentum!r}")
-        if not (_is_number(self.drop_factor) and 0 < self.drop_factor <= 1):
-            raise ValueError(f"drop_factor must lie in (0, 1], got {self.drop_factor!r}")
-        if not all(_is_number(f) and 0 < f <= 1 for f in self.lr_drops):
-            raise ValueError(f"lr_drops must be fractions of the epochs in (0, 1], got {self.lr_drops!r}")
-        for name in ("normalize", "augment"):
-            if not isinstance(getattr(self, name), bool): raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        self.lr_drops = tuple(check_in_range("each of lr_drops", f, 0, 1, low_open=True, why="fractions of the epochs") for f in self.lr_drops)
+        for name in ("epochs", "batch_size"): setattr(self, name, check_int(name, getattr(self, name), 1))
+        self.seed = check_int("seed", self.seed, None)
+        self.lr, self.weight_decay = check_positive("lr", self.lr), check_nonnegative("weight_decay", self.weight_decay)
+        self.momentum = check_in_range("momentum", self.momentum, 0, 1, high_open=True)
+        self.drop_factor = check_in_range("drop_factor", self.drop_factor, 0, 1, low_open=True)
+        for name in ("normalize", "augment"): setattr(self, name, check_bool(name, getattr(self, name)))
 
     def lr_at(self, epoch: int) -> float:
         passed = sum(epoch >= round(f * self.epochs) for f in self.lr_drops)

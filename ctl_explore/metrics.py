@@ -11,81 +11,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .losses import _check_positive, _check_tensor
+from .checks import check_int, check_positive, check_tensor
 
 # %% auto #0
 __all__ = ['UNIT_NORM_ATOL', 'UNIT_NORM_ATOL_16BIT', 'BLOCK_ELEMENTS', 'uniformity', 'sphere_uniformity_limit', 'alignment',
            'tolerance', 'SimilarityProfile', 'similarity_profile', 'knn_predict', 'knn_accuracy']
-
-# %% ../nbs/03_metrics.ipynb #a08a9607
-UNIT_NORM_ATOL = 1e-3       # allowed | ‖z_i‖ − 1 | for float32 / float64 features
-UNIT_NORM_ATOL_16BIT = 1e-2 # the same for float16 / bfloat16 features
-
-def _check_features(name: str, z, min_rows: int = 1, why: str = "") -> Tensor:
-    "`z` [N, d] detached (and in float32 if it was 16-bit), or a `ValueError` unless its rows are finite unit vectors."
-    _check_tensor(name, z, 2, "[N, d]")
-    if z.shape[0] < min_rows:
-        raise ValueError(f"{name} must have at least {min_rows} row{'s' if min_rows > 1 else ''}{why}, got N={z.shape[0]}")
-    if z.shape[1] == 0: raise ValueError(f"{name} must have at least one feature column, got shape {tuple(z.shape)}")
-    atol = UNIT_NORM_ATOL if z.element_size() >= 4 else UNIT_NORM_ATOL_16BIT
-    z = z.detach() if z.element_size() >= 4 else z.detach().float()
-    bad_rows = (~torch.isfinite(z).all(dim=1)).nonzero()[:, 0]
-    if len(bad_rows):
-        raise ValueError(f"{name} must hold finite features, but {len(bad_rows)} of its {z.shape[0]} rows "
-                         f"contain NaN or infinity (the first is row {int(bad_rows[0])})")
-    norms = torch.linalg.vector_norm(z, dim=1)
-    worst = int((norms - 1).abs().argmax())
-    if abs(float(norms[worst]) - 1) > atol:
-        raise ValueError(f"{name} must have L2-normalised rows (norm 1 within {atol}), but row {worst} has norm "
-                         f"{float(norms[worst]):.4g}; normalise first: {name} = torch.nn.functional.normalize({name}, dim=1)")
-    return z
-
-def _check_same_shape(name_a: str, a: Tensor, name_b: str, b: Tensor) -> None:
-    if a.shape != b.shape:
-        raise ValueError(f"{name_a} and {name_b} must have the same shape [N, d] (row i of one pairs with row i "
-                         f"of the other), got {tuple(a.shape)} and {tuple(b.shape)}")
-
-def _common_dtype(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
-    "`a` and `b` in the dtype both promote to (float32 and float64 give float64), for a matrix product."
-    dtype = torch.promote_types(a.dtype, b.dtype)
-    return a.to(dtype), b.to(dtype)
-
-# %% ../nbs/03_metrics.ipynb #cab759fc
-def _check_labels(name: str, labels, n: int, device: torch.device) -> Tensor:
-    "`labels` as an integer tensor [n] on `device`, or a `ValueError`."
-    if not isinstance(labels, Tensor):
-        try: labels = torch.as_tensor(labels)
-        except (TypeError, ValueError, RuntimeError):
-            raise ValueError(f"{name} must be a 1-D tensor or array of integer class labels, got {type(labels).__name__}") from None
-    if labels.dtype.is_floating_point or labels.dtype.is_complex:
-        raise ValueError(f"{name} must hold integer class labels, got dtype {labels.dtype}")
-    if labels.ndim != 1 or labels.shape[0] != n:
-        raise ValueError(f"{name} must have one label per row of the features, shape [{n}], got shape {tuple(labels.shape)}")
-    return labels.to(device)
-
-def _check_k(name: str, k, most: int, what: str) -> int:
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"{name} must be a positive int, got {k!r}")
-    if k > most: raise ValueError(f"{name} must be at most {what} ({most}), got {name}={k}")
-    return k
-
-# %% ../nbs/03_metrics.ipynb #4c4c5b80
-BLOCK_ELEMENTS = 2 ** 25 # similarities per block when chunk_size is None (128 MB in float32)
-
-def _rows_per_block(n_rows: int, n_cols: int, chunk_size: int | None) -> int:
-    "Rows of a [rows, n_cols] block of an [n_rows, n_cols] matrix: `chunk_size`, or as many as fit in `BLOCK_ELEMENTS`."
-    if chunk_size is None: chunk_size = max(1, BLOCK_ELEMENTS // max(n_cols, 1))
-    elif isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be a positive int (rows per block) or None, got {chunk_size!r}")
-    return max(1, min(chunk_size, n_rows))
-
-def _block_buffer(rows: int, n_cols: int, like: Tensor) -> Tensor:
-    "Flat storage for one [rows, n_cols] block, reused by `_sims_into` for every block."
-    return torch.empty(rows * n_cols, dtype=like.dtype, device=like.device)
-
-def _sims_into(buffer: Tensor, a: Tensor, b: Tensor) -> Tensor:
-    "`a @ b.T`, [len(a), len(b)], written into the front of `buffer` instead of a new tensor."
-    return torch.mm(a, b.T, out=buffer[:len(a) * len(b)].view(len(a), len(b)))
 
 # %% ../nbs/03_metrics.ipynb #7458e4a5
 def uniformity(
@@ -94,7 +24,7 @@ def uniformity(
     chunk_size: int | None = None, # rows of the N×N similarity matrix per block; None: ~2^25 similarities per block
 ) -> float:
     "−L_uniformity of [WL21] Eq 10 / [WI20], `−log mean_{i≠j} exp(−t‖z_i − z_j‖²)`: bigger = more uniform, in [0, 2tN/(N−1)]."
-    t = _check_positive("t", t)
+    t = check_positive("t", t)
     z = _check_features("z", z, min_rows=2, why=" (uniformity averages over pairs of distinct samples)")
     n = z.shape[0]
     rows = _rows_per_block(n, n, chunk_size)
@@ -120,7 +50,7 @@ def sphere_uniformity_limit(
     n_grid: int = 20_001, # points of the trapezoid rule over the angle in [0, π]
 ) -> float:
     "−L_uniformity of the uniform distribution on the unit sphere in R^dim: what `uniformity` approaches for many uniform features."
-    t = _check_positive("t", t)
+    t = check_positive("t", t)
     if isinstance(dim, bool) or not isinstance(dim, int) or dim < 2:
         raise ValueError(f"dim must be an int >= 2 (features in R^dim), got {dim!r}")
     theta = torch.linspace(0, math.pi, n_grid, dtype=torch.float64)
@@ -135,7 +65,7 @@ def alignment(
     alpha: float = 2.0,  # exponent α > 0 of the distance
 ) -> float:
     "[WI20] alignment `mean_i ‖z1_i − z2_i‖^α` over N positive pairs: 0 when every pair coincides, at most 2^α; smaller = better aligned."
-    alpha = _check_positive("alpha", alpha)
+    alpha = check_positive("alpha", alpha)
     z1, z2 = _check_features("z1", z1), _check_features("z2", z2)
     _check_same_shape("z1", z1, "z2", z2)
     return float(torch.linalg.vector_norm(z1 - z2, dim=1).pow(alpha).mean(dtype=torch.float64))
@@ -183,7 +113,7 @@ def similarity_profile(
     _check_same_shape("z", z, "z_pos", z_pos)
     z, z_pos = _common_dtype(z, z_pos)
     n = z.shape[0]
-    k = _check_k("k", k, n - 1, "the number of negatives per anchor, N − 1")
+    k = check_int("k", k, 1, n - 1, why="at most the number of negatives per anchor, N − 1")
     rows = _rows_per_block(n, n, chunk_size)
     buffer = _block_buffer(rows, n, z)
     positive_sum, top_sum = 0.0, torch.zeros(k, dtype=torch.float64, device=z.device)
@@ -205,12 +135,12 @@ def knn_predict(
     chunk_size: int | None = None, # test rows per block; None: ~2^25 similarities per block
 ) -> Tensor:
     "[WXYL18] weighted kNN: [M] labels, each the class with the largest sum of exp(s/t) over the k most similar training rows."
-    t = _check_positive("t", t)
+    t = check_positive("t", t)
     train_z, test_z = _check_features("train_z", train_z), _check_features("test_z", test_z)
     if train_z.shape[1] != test_z.shape[1]:
         raise ValueError(f"train_z and test_z must have the same feature size d, got {train_z.shape[1]} and {test_z.shape[1]}")
     train_y = _check_labels("train_y", train_y, train_z.shape[0], train_z.device)
-    k = _check_k("k", k, train_z.shape[0], "the number of training samples")
+    k = check_int("k", k, 1, train_z.shape[0], why="at most the number of training samples")
     train_z, test_z = _common_dtype(train_z, test_z)
     classes, train_class = torch.unique(train_y, return_inverse=True)
     rows = _rows_per_block(test_z.shape[0], train_z.shape[0], chunk_size)
@@ -233,7 +163,70 @@ def knn_accuracy(
     chunk_size: int | None = None, # test rows per block; None: ~2^25 similarities per block
 ) -> float:
     "Fraction in [0, 1] of test rows whose weighted-kNN label (`knn_predict`) equals `test_y`."
-    _check_tensor("test_z", test_z, 2, "[M, d]")
+    check_tensor("test_z", test_z, 2, "[M, d]")
     test_y = _check_labels("test_y", test_y, test_z.shape[0], test_z.device)  # before the expensive part
     predicted = knn_predict(train_z, train_y, test_z, k=k, t=t, chunk_size=chunk_size)
     return float((predicted == test_y.to(predicted.device)).double().mean())
+
+# %% ../nbs/03_metrics.ipynb #a08a9607
+UNIT_NORM_ATOL = 1e-3       # allowed | ‖z_i‖ − 1 | for float32 / float64 features
+UNIT_NORM_ATOL_16BIT = 1e-2 # the same for float16 / bfloat16 features
+
+def _check_features(name: str, z, min_rows: int = 1, why: str = "") -> Tensor:
+    "`z` [N, d] detached (and in float32 if it was 16-bit), or a `ValueError` unless its rows are finite unit vectors."
+    check_tensor(name, z, 2, "[N, d]")
+    if z.shape[0] < min_rows:
+        raise ValueError(f"{name} must have at least {min_rows} row{'s' if min_rows > 1 else ''}{why}, got N={z.shape[0]}")
+    if z.shape[1] == 0: raise ValueError(f"{name} must have at least one feature column, got shape {tuple(z.shape)}")
+    atol = UNIT_NORM_ATOL if z.element_size() >= 4 else UNIT_NORM_ATOL_16BIT
+    z = z.detach() if z.element_size() >= 4 else z.detach().float()
+    bad_rows = (~torch.isfinite(z).all(dim=1)).nonzero()[:, 0]
+    if len(bad_rows):
+        raise ValueError(f"{name} must hold finite features, but {len(bad_rows)} of its {z.shape[0]} rows "
+                         f"contain NaN or infinity (the first is row {int(bad_rows[0])})")
+    norms = torch.linalg.vector_norm(z, dim=1)
+    worst = int((norms - 1).abs().argmax())
+    if abs(float(norms[worst]) - 1) > atol:
+        raise ValueError(f"{name} must have L2-normalised rows (norm 1 within {atol}), but row {worst} has norm "
+                         f"{float(norms[worst]):.4g}; normalise first: {name} = torch.nn.functional.normalize({name}, dim=1)")
+    return z
+
+def _check_same_shape(name_a: str, a: Tensor, name_b: str, b: Tensor) -> None:
+    if a.shape != b.shape:
+        raise ValueError(f"{name_a} and {name_b} must have the same shape [N, d] (row i of one pairs with row i "
+                         f"of the other), got {tuple(a.shape)} and {tuple(b.shape)}")
+
+def _common_dtype(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
+    "`a` and `b` in the dtype both promote to (float32 and float64 give float64), for a matrix product."
+    dtype = torch.promote_types(a.dtype, b.dtype)
+    return a.to(dtype), b.to(dtype)
+
+# %% ../nbs/03_metrics.ipynb #cab759fc
+def _check_labels(name: str, labels, n: int, device: torch.device) -> Tensor:
+    "`labels` as an integer tensor [n] on `device`, or a `ValueError`."
+    if not isinstance(labels, Tensor):
+        try: labels = torch.as_tensor(labels)
+        except (TypeError, ValueError, RuntimeError):
+            raise ValueError(f"{name} must be a 1-D tensor or array of integer class labels, got {type(labels).__name__}") from None
+    if labels.dtype.is_floating_point or labels.dtype.is_complex:
+        raise ValueError(f"{name} must hold integer class labels, got dtype {labels.dtype}")
+    if labels.ndim != 1 or labels.shape[0] != n:
+        raise ValueError(f"{name} must have one label per row of the features, shape [{n}], got shape {tuple(labels.shape)}")
+    return labels.to(device)
+
+# %% ../nbs/03_metrics.ipynb #4c4c5b80
+BLOCK_ELEMENTS = 2 ** 25 # similarities per block when chunk_size is None (128 MB in float32)
+
+def _rows_per_block(n_rows: int, n_cols: int, chunk_size: int | None) -> int:
+    "Rows of a [rows, n_cols] block of an [n_rows, n_cols] matrix: `chunk_size`, or as many as fit in `BLOCK_ELEMENTS`."
+    if chunk_size is None: chunk_size = max(1, BLOCK_ELEMENTS // max(n_cols, 1))
+    else: check_int("chunk_size", chunk_size, 1, why="rows per block, or None")
+    return max(1, min(chunk_size, n_rows))
+
+def _block_buffer(rows: int, n_cols: int, like: Tensor) -> Tensor:
+    "Flat storage for one [rows, n_cols] block, reused by `_sims_into` for every block."
+    return torch.empty(rows * n_cols, dtype=like.dtype, device=like.device)
+
+def _sims_into(buffer: Tensor, a: Tensor, b: Tensor) -> Tensor:
+    "`a @ b.T`, [len(a), len(b)], written into the front of `buffer` instead of a new tensor."
+    return torch.mm(a, b.T, out=buffer[:len(a) * len(b)].view(len(a), len(b)))

@@ -11,6 +11,8 @@ import torch.nn.functional as F
 import torchvision
 from torch import Tensor
 
+from .checks import check_int
+
 # %% auto #0
 __all__ = ['NORMS', 'STEMS', 'HEADS', 'BACKBONES', 'DEFAULT_STEMS', 'SmallConvNet', 'resnet', 'resnet18_cifar', 'resnet50',
            'Encoder', 'build_encoder']
@@ -25,16 +27,11 @@ def _norm_layer(kind: str, channels: int) -> nn.Module:
 def _conv_bn_relu(c_in: int, c_out: int, norm: str = "batch") -> nn.Sequential:
     return nn.Sequential(nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), _norm_layer(norm, c_out), nn.ReLU(inplace=True))
 
-def _check_int(name: str, value, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return value
-
 class SmallConvNet(nn.Module):
     "A 6-layer ConvNet backbone for small images: [N, C, H, W] -> [N, 4·width] features."
     def __init__(self, in_channels: int = 1, width: int = 32, norm: str = "batch"):
         super().__init__()
-        _check_int("in_channels", in_channels); _check_int("width", width)
+        check_int("in_channels", in_channels); check_int("width", width)
         if norm not in NORMS: raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
         w, block = width, lambda c_in, c_out: _conv_bn_relu(c_in, c_out, norm)
         self.layers = nn.Sequential(
@@ -53,7 +50,7 @@ STEMS = ("cifar", "imagenet")
 def resnet(depth: int = 18, in_channels: int = 3, stem: str = "imagenet") -> nn.Module:
     "torchvision's ResNet18 or ResNet50, untrained, without its classifier: -> [N, 512] or [N, 2048] features."
     if depth not in (18, 50): raise ValueError(f"depth must be 18 or 50, got {depth!r}")
-    _check_int("in_channels", in_channels)
+    check_int("in_channels", in_channels)
     if stem not in STEMS: raise ValueError(f"stem must be one of {STEMS}, got {stem!r}")
     net = (torchvision.models.resnet18 if depth == 18 else torchvision.models.resnet50)(weights=None)
     if stem == "cifar":  # 3x3 stride-1 convolution, no max-pool: full resolution into the first stage
@@ -80,7 +77,7 @@ class Encoder(nn.Module):
     "Backbone + projection head + L2 normalisation: images [N, C, H, W] -> embeddings [N, out_dim] of unit norm."
     def __init__(self, backbone: nn.Module, out_dim: int = 128, head: str = "linear", hidden_dim: int | None = None):
         super().__init__()
-        _check_int("out_dim", out_dim)
+        check_int("out_dim", out_dim)
         if head not in HEADS: raise ValueError(f"head must be one of {HEADS}, got {head!r}")
         feature_dim = getattr(backbone, "feature_dim", None)
         if not isinstance(feature_dim, int):
@@ -89,7 +86,7 @@ class Encoder(nn.Module):
         if head == "linear":
             self.head = nn.Linear(feature_dim, out_dim)
         else:
-            hidden = _check_int("hidden_dim", hidden_dim) if hidden_dim is not None else feature_dim
+            hidden = check_int("hidden_dim", hidden_dim) if hidden_dim is not None else feature_dim
             self.head = nn.Sequential(nn.Linear(feature_dim, hidden, bias=False), nn.BatchNorm1d(hidden),
                                       nn.ReLU(inplace=True), nn.Linear(hidden, out_dim))
 

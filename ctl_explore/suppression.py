@@ -25,7 +25,8 @@ from tqdm.auto import tqdm
 from .data import ImageData, TwoViewAugment, image_stats, load_dataset, to_float
 from .linear_eval import LinearEvalConfig, linear_probe
 from .losses import contrastive_loss, pair_similarities
-from .models import HEADS, Encoder, _check_int, build_encoder
+from .checks import check_choice, check_int, check_interval, check_positive, check_probability
+from .models import HEADS, Encoder, build_encoder
 from .study import Finding, direction_verdict
 
 # %% auto #0
@@ -41,7 +42,7 @@ def twin_share(
     batch_size: int,  # images in a batch, >= 1
 ) -> float:
     "Share of anchors whose k-bit code is shared by at least one of the other batch_size − 1 images of their batch."
-    _check_int("k", k, 0); _check_int("batch_size", batch_size, 1)
+    check_int("k", k, 0); check_int("batch_size", batch_size, 1)
     return 1 - (1 - 2.0 ** -k) ** (batch_size - 1)
 
 # %% ../nbs/12_feature_suppression.ipynb #9807c727
@@ -51,7 +52,7 @@ def random_bits(
     seed: int = 0,
 ) -> Tensor:
     "k random bits per image: bool [n, k], drawn from a generator seeded with `seed`."
-    _check_int("n", n, 0); _check_int("k", k, 0)
+    check_int("n", n, 0); check_int("k", k, 0)
     return torch.randint(0, 2, (n, k), generator=torch.Generator().manual_seed(seed)).bool()
 
 def append_bits(
@@ -71,7 +72,7 @@ def read_bits(
     k: int,     # how many of the last channels are bits
 ) -> Tensor:
     "The bits carried by the last k channels: bool [N, k]; a ValueError if those channels are not constant ±1."
-    _check_int("k", k, 0)
+    check_int("k", k, 0)
     if k > x.shape[1]: raise ValueError(f"k must be at most the {x.shape[1]} channels of x, got {k}")
     channels = x[:, x.shape[1] - k:]
     corner = channels[:, :, :1, :1]
@@ -91,7 +92,7 @@ class RandBit:
                  augment: TwoViewAugment | None = None, # default: the preset of data.name
                  ):
         if not isinstance(data, ImageData): raise ValueError(f"data must be an ImageData, got {type(data).__name__}")
-        self.data, self.k = data, _check_int("k", k, 0)
+        self.data, self.k = data, check_int("k", k, 0)
         self.bits = random_bits(len(data), k, seed)
         self.augment = augment if augment is not None else TwoViewAugment(data.name)
 
@@ -147,16 +148,12 @@ class SuppressionConfig:
 
     def __post_init__(self):
         object.__setattr__(self, "crop_scale", tuple(self.crop_scale))
-        if isinstance(self.tau, bool) or not isinstance(self.tau, (int, float)) or not (math.isfinite(self.tau) and self.tau > 0):
-            raise ValueError(f"tau must be a number > 0, got {self.tau!r}")
-        if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not (math.isfinite(self.lr) and self.lr > 0):
-            raise ValueError(f"lr must be a number > 0, got {self.lr!r}")
-        for name in ("epochs", "width", "out_dim", "linear_epochs"): _check_int(name, getattr(self, name), 1)
-        _check_int("batch_size", self.batch_size, 2)
-        _check_int("seed", self.seed, 0)
-        if self.head not in HEADS: raise ValueError(f"head must be one of {HEADS}, got {self.head!r}")
-        lo, hi = self.crop_scale if len(self.crop_scale) == 2 else (None, None)
-        if lo is None or not 0 < lo <= hi <= 1: raise ValueError(f"crop_scale must be a pair (lo, hi) with 0 < lo <= hi <= 1, got {self.crop_scale!r}")
+        check_positive("tau", self.tau); check_positive("lr", self.lr)
+        # plain Python ints (not NumPy's), so that the key below writes as JSON
+        for name, least in (("epochs", 1), ("width", 1), ("out_dim", 1), ("linear_epochs", 1), ("batch_size", 2), ("seed", 0)):
+            object.__setattr__(self, name, check_int(name, getattr(self, name), least))
+        check_choice("head", self.head, HEADS)
+        check_interval("crop_scale", self.crop_scale, 1e-6, 1.0)
 
     def key(self) -> str:
         "A short fingerprint of every field: runs with different settings never share a cached result."
@@ -179,7 +176,7 @@ def train_contrastive(
     desc: str = "pretraining",
 ) -> tuple[Encoder, list[float]]:
     "An encoder trained with the contrastive loss on in-batch negatives, and its mean loss in each epoch."
-    _check_int("n", n, config.batch_size)
+    check_int("n", n, config.batch_size)
     model = new_encoder(in_channels, config)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
     generator = torch.Generator().manual_seed(config.seed)
@@ -217,7 +214,7 @@ def randbit_run(
     progress: bool = True,
 ) -> dict:
     "Pretrain on RandBit digits with k bits and probe the digit: one row of results (accuracies in [0, 1])."
-    _check_int("k", k, 0)
+    check_int("k", k, 0)
     start = time.perf_counter()
     train = RandBit(load_dataset("digits"), k, seed=config.seed, augment=TwoViewAugment("digits", crop_scale=config.crop_scale))
     test = RandBit(load_dataset("digits", train=False), k, seed=config.seed + 10_000, augment=train.augment)
@@ -348,7 +345,7 @@ def make_multidigits(
     seed: int = 0,          # seeds the partners and the layout (the test split uses seed + 1 internally)
 ) -> MultiDigits:
     "One canvas per digit of the split: that digit small, another digit of the split scaled up by `scale`, side by side."
-    _check_int("small_size", small_size, 1); _check_int("canvas_size", canvas_size, 1)
+    check_int("small_size", small_size, 1); check_int("canvas_size", canvas_size, 1)
     max_scale = (canvas_size - small_size) / small_size
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 1 <= scale <= max_scale:
         raise ValueError(f"scale must lie in [1, {max_scale:g}] so that both digits fit side by side on a {canvas_size}-pixel canvas, got {scale!r}")
@@ -435,23 +432,18 @@ def multidigits_figure(rows: list[dict]) -> go.Figure:
     return fig
 
 # %% ../nbs/12_feature_suppression.ipynb #14560b6b
-def _check_accuracy(name: str, p) -> float:
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1:
-        raise ValueError(f"{name} must be an accuracy in [0, 1], got {p!r}")
-    return float(p)
-
 def accuracy_direction(a: float, b: float, n_a: int, n_b: int, z: float = 2.0) -> int:
     "+1 if accuracy a (on n_a test images) is clearly above b (on n_b), −1 if clearly below, 0 within z standard errors."
-    a, b = _check_accuracy("a", a), _check_accuracy("b", b)
-    _check_int("n_a", n_a, 1); _check_int("n_b", n_b, 1)
+    a, b = check_probability("a", a, "an accuracy"), check_probability("b", b, "an accuracy")
+    check_int("n_a", n_a, 1); check_int("n_b", n_b, 1)
     se = math.sqrt(a * (1 - a) / n_a + b * (1 - b) / n_b)
     if abs(a - b) <= z * se: return 0
     return 1 if a > b else -1
 
 def at_chance(p: float, chance: float, n: int, z: float = 2.0) -> bool:
     "Whether accuracy p on n test images is within z standard errors above the chance level."
-    p, chance = _check_accuracy("p", p), _check_accuracy("chance", chance)
-    _check_int("n", n, 1)
+    p, chance = check_probability("p", p, "an accuracy"), check_probability("chance", chance, "an accuracy")
+    check_int("n", n, 1)
     return p <= chance + z * math.sqrt(chance * (1 - chance) / n)
 
 # %% ../nbs/12_feature_suppression.ipynb #30daaae4

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from .checks import check_bool, check_choice, check_in_range, check_int, check_nonnegative, check_positive
 from .data import DATASETS, DatasetNotFoundError, ImageData, TwoViewAugment, data_root, load_dataset, to_float
 from .generalized import FEATURE_LOSS_NAMES, FEATURE_LOSS_PARAMS, apply_feature_loss
 from .losses import LOSS_NAMES, LOSS_PARAMS, n_informative
@@ -49,8 +50,8 @@ PRECISIONS = ("fp32", "bf16")
 PRETRAIN_LOSSES = LOSS_NAMES + FEATURE_LOSS_NAMES  # similarity losses (lesson 00), then feature losses (lesson 11)
 MIN_IMAGE_SIZE = {"convnet": 4}    # the ConvNet halves the image twice; the ResNets take any size
 
-def _is_int(v) -> bool: return isinstance(v, int) and not isinstance(v, bool)
-def _is_number(v) -> bool: return isinstance(v, (int, float)) and not isinstance(v, bool)  # True is not a temperature
+def _is_int(v) -> bool: return isinstance(v, int) and not isinstance(v, bool)  # for the checks whose message says more
+def _is_number(v) -> bool: return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 _LOSS_TAKES = {**LOSS_PARAMS, **FEATURE_LOSS_PARAMS}  # each loss's hyper-parameters
 
@@ -100,16 +101,13 @@ class PretrainConfig:
 
     def __post_init__(self):
         if not isinstance(self.lr_drops, (tuple, list)): raise ValueError(f"lr_drops must be a sequence of fractions, got {self.lr_drops!r}")
-        self.lr_drops = tuple(self.lr_drops)
-        for name in ("download", "compile", "full_images"):
-            if not isinstance(getattr(self, name), bool): raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        self.lr_drops = tuple(check_in_range("each of lr_drops", f, 0, 1, low_open=True, why="fractions of the epochs") for f in self.lr_drops)
+        for name in ("download", "compile", "full_images"): setattr(self, name, check_bool(name, getattr(self, name)))
         if self.data_root is not None and not isinstance(self.data_root, str):
             raise ValueError(f"data_root must be a folder's name (a str) or None, got {self.data_root!r}")
         choices = dict(dataset=DATASETS, backbone=BACKBONES, norm=NORMS, head=HEADS, loss=PRETRAIN_LOSSES,
                        negatives=NEGATIVES, precision=PRECISIONS, bank_precision=PRECISIONS)
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        for name, allowed in choices.items(): check_choice(name, getattr(self, name), allowed)
         if self.full_images and self.dataset != "imagenet100":
             raise ValueError(f"full_images applies to imagenet100 only, not {self.dataset!r}")
         if self.stem is not None and (self.stem not in STEMS or self.backbone == "convnet"):
@@ -117,32 +115,20 @@ class PretrainConfig:
         if self.loss in FEATURE_LOSS_PARAMS and self.negatives != "batch":
             raise ValueError(f"loss {self.loss!r} compares the two views of each batch, so it needs negatives='batch' "
                              f"(got negatives={self.negatives!r}); the memory bank serves only {', '.join(LOSS_NAMES)}")
-        for name in ("width", "out_dim", "epochs", "batch_size", "knn_k", "eval_batch_size", "eval_every"):
-            v = getattr(self, name)
-            if not _is_int(v) or v < 1: raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
-        if self.batch_size < 2: raise ValueError(f"batch_size must be at least 2, got {self.batch_size}")
-        if not _is_int(self.warmup_epochs) or not 0 <= self.warmup_epochs < self.epochs:
-            raise ValueError(f"warmup_epochs must be an integer in [0, epochs) = [0, {self.epochs}), got {self.warmup_epochs!r}")
+        # the checks return plain Python values (a NumPy integer becomes an int), so that the configuration writes as JSON
+        for name in ("width", "out_dim", "epochs", "knn_k", "eval_batch_size", "eval_every"): setattr(self, name, check_int(name, getattr(self, name), 1))
+        self.batch_size = check_int("batch_size", self.batch_size, 2, why="each anchor needs another image")
+        self.warmup_epochs = check_int("warmup_epochs", self.warmup_epochs, 0, self.epochs - 1, why=f"fewer than the {self.epochs} epochs")
         if self.image_size is not None:
-            smallest = MIN_IMAGE_SIZE.get(self.backbone, 1)
-            if not _is_int(self.image_size) or self.image_size < smallest:
-                raise ValueError(f"image_size must be an integer >= {smallest} for the {self.backbone} backbone "
-                                 f"(or None for the dataset's default), got {self.image_size!r}")
-        for name in ("tau", "lr"):
-            v = getattr(self, name)
-            if not (_is_number(v) and math.isfinite(v) and v > 0): raise ValueError(f"{name} must be a number > 0, got {v!r}")
-        for name in ("lam", "weight_decay"):
-            v = getattr(self, name)
-            if name == "lam" and v is None: continue
-            if not (_is_number(v) and math.isfinite(v) and v >= 0): raise ValueError(f"{name} must be a number >= 0, got {v!r}")
+            self.image_size = check_int("image_size", self.image_size, MIN_IMAGE_SIZE.get(self.backbone, 1),
+                                        why=f"for the {self.backbone} backbone, or None for the dataset's default")
+        self.tau, self.lr = check_positive("tau", self.tau), check_positive("lr", self.lr)
+        self.weight_decay = check_nonnegative("weight_decay", self.weight_decay)
+        if self.lam is not None: self.lam = check_nonnegative("lam", self.lam)
         if "lam" not in _LOSS_TAKES[self.loss]: self.lam = None  # a λ the loss never reads: configs that differ only there are one run
-        if not (_is_number(self.alpha) and 0 < self.alpha <= 1): raise ValueError(f"alpha must lie in (0, 1], got {self.alpha!r}")
-        for name in ("momentum", "bank_momentum"):
-            v = getattr(self, name)
-            if not (_is_number(v) and 0 <= v < 1): raise ValueError(f"{name} must lie in [0, 1), got {v!r}")
-        if not all(_is_number(f) and 0 < f <= 1 for f in self.lr_drops):
-            raise ValueError(f"lr_drops must be fractions of the epochs in (0, 1], got {self.lr_drops!r}")
-        if not _is_int(self.seed): raise ValueError(f"seed must be an integer, got {self.seed!r}")
+        self.alpha = check_in_range("alpha", self.alpha, 0, 1, low_open=True)
+        for name in ("momentum", "bank_momentum"): setattr(self, name, check_in_range(name, getattr(self, name), 0, 1, high_open=True))
+        self.seed = check_int("seed", self.seed, None)
         _check_device_name(self.device)
 
     def loss_params(self, n_negatives: int | None = None) -> dict:

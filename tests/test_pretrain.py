@@ -110,7 +110,7 @@ def test_help_documents_every_option():
 
 @pytest.mark.parametrize("args, message", [
     (["pretrain", "--out", "x", "--loss", "infonce"], "invalid choice: 'infonce'"),
-    (["pretrain", "--out", "x", "--tau", "0"], "tau must be a number > 0"),
+    (["pretrain", "--out", "x", "--tau", "0"], "tau must be a finite number > 0"),
     (["pretrain", "--out", "x", "--epochs", "two"], "invalid int value"),
     (["pretrain", "--tau", "0.1"], "the following arguments are required: --out"),
     (["pretrain", "--out", "x", "--bogus"], "unrecognized arguments: --bogus"),

@@ -21,7 +21,8 @@ import torch.nn.functional as F
 
 from ctl_explore import train as train_module
 from ctl_explore.cli import main
-from ctl_explore.losses import bank_contrastive_loss, contrastive_loss, hard_contrastive_loss, simple_loss
+from ctl_explore.losses import contrastive_loss, hard_contrastive_loss, simple_loss
+from ctl_explore.memory_bank import bank_contrastive_loss
 from ctl_explore.memory_bank import MemoryBank
 from ctl_explore.train import (CheckpointError, PretrainConfig, RunBusyError, RunFolderError, TrainingDivergedError, load_checkpoint,
                                pretrain, run_lock, save_checkpoint, write_json_atomic)
@@ -264,11 +265,11 @@ def test_out_naming_a_file_is_a_sentence(tmp_path, capsys):
 # ---------------------------------------------------------------- 7, 9: checked before the folder exists; sentences, not tracebacks
 
 @pytest.mark.parametrize("args, status, message", [
-    (["--image-size", "3"], 2, "image_size must be an integer >= 4 for the convnet backbone"),
+    (["--image-size", "3"], 2, "image_size must be an integer >= 4 (for the convnet backbone"),
     (["--device", "tpu"], 2, "device must be 'auto', 'cpu', 'cuda' or 'cuda:N'"),
     (["--batch-size", "5000"], 2, "training images"),
-    (["--tau", "nan"], 2, "tau must be a number > 0"),
-    (["--warmup-epochs", "5", "--epochs", "5"], 2, "warmup_epochs must be an integer in [0, epochs)"),
+    (["--tau", "nan"], 2, "tau must be a finite number > 0"),
+    (["--warmup-epochs", "5", "--epochs", "5"], 2, "warmup_epochs must be an integer in [0, 4] (fewer than the 5 epochs)"),
     (["--threads", "0"], 2, "threads must be an integer >= 1"),
     (["--dataset", "cifar10", "--data-root", "{root}"], 1, "cifar10 not found in"),
 ])

@@ -157,8 +157,8 @@ def test_larger_canvas_fits_a_larger_digit():
 # ---------------------------------------------------------------- configuration, training, grid
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(tau=0), "tau must be a number > 0"), (dict(tau=-0.1), "tau must be a number > 0"),
-    (dict(tau=float("nan")), "tau must be a number > 0"), (dict(lr=0), "lr must be a number > 0"),
+    (dict(tau=0), "tau must be a finite number > 0"), (dict(tau=-0.1), "tau must be a finite number > 0"),
+    (dict(tau=float("nan")), "tau must be a finite number > 0"), (dict(lr=0), "lr must be a finite number > 0"),
     (dict(epochs=0), "epochs must be an integer >= 1"), (dict(batch_size=1), "batch_size must be an integer >= 2"),
     (dict(head="deep"), "head must be one of"), (dict(crop_scale=(0.0, 1.0)), "crop_scale must be a pair"),
     (dict(crop_scale=(0.5,)), "crop_scale must be a pair"), (dict(seed=-1), "seed must be an integer >= 0"),
@@ -202,7 +202,7 @@ def test_grid_caches_each_run_and_resumes(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (("randbits", (0,), (0.1,)), "experiment must be one of"),
     (("randbit", (-2,), (0.1,)), "k must be an integer >= 0"),
-    (("randbit", (0,), (0.0,)), "tau must be a number > 0"),
+    (("randbit", (0,), (0.0,)), "tau must be a finite number > 0"),
     (("multidigits", (2.5,), (0.1,)), "scale must lie in"),
 ])
 def test_grid_bad_inputs(tmp_path, args, message):
