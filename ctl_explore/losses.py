@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import torch
 import torch.nn.functional as F
@@ -169,6 +170,14 @@ def apply_loss(
     return functions[name](pos, neg, reduction=reduction, **params)
 
 # %% ../nbs/00_losses.ipynb #7eade0a1
+@lru_cache(maxsize=16)
+def _pair_negative_index(batch: int, device: torch.device) -> Tensor:
+    "[2B, 2B-2]: the columns of each view's negatives in the [2B, 2B] similarity matrix, made once per batch size."
+    n = 2 * batch
+    rows, cols = torch.arange(n, device=device)[:, None], torch.arange(n, device=device)[None, :]
+    negatives = (cols != rows) & (cols != (rows + batch) % n)  # [2B, 2B], 2B - 2 True per row, in column order
+    return cols.expand(n, n)[negatives].view(n, n - 2)
+
 def pair_similarities(
     z1: Tensor, # [B, d] embeddings of the first view (L2-normalise them for cosine similarities)
     z2: Tensor, # [B, d] embeddings of the second view of the same B samples
@@ -183,7 +192,4 @@ def pair_similarities(
     z = torch.cat([z1, z2])  # [2B, d]: the first views, then the second views
     sim = z @ z.T            # [2B, 2B]
     pos = torch.cat([sim.diagonal(batch), sim.diagonal(-batch)])  # row r's positive: column r + B, or r - B
-    n = 2 * batch
-    rows, cols = torch.arange(n, device=sim.device)[:, None], torch.arange(n, device=sim.device)[None, :]
-    negatives = (cols != rows) & (cols != (rows + batch) % n)       # [2B, 2B], 2B - 2 True per row
-    return pos, sim.gather(1, cols.expand(n, n)[negatives].view(n, n - 2))
+    return pos, sim.gather(1, _pair_negative_index(batch, sim.device))
