@@ -40,9 +40,9 @@ __all__ = ['CRITERIA', 'WL21_TAUS', 'PRESETS', 'RESULT_FORMAT', 'RESULT_KEYS', '
            'CLAIMS', 'RULES', 'LOSS_STYLE', 'effective_rank', 'collapse_diagnostics', 'Criteria', 'check_run',
            'StudyPreset', 'get_preset', 'study_configs', 'run_name', 'neighbour_purity', 'run_embeddings',
            'measure_run', 'StudyError', 'is_stretch', 'saved_row', 'first_drop', 'stretch_run', 'default_workers',
-           'run_study', 'write_results', 'load_results', 'usable', 'metric_value', 'summarize', 'curve', 'Trend',
-           'trend', 'noise_margin', 'direction_verdict', 'Finding', 'findings', 'study_figures', 'trajectory_figure',
-           'table1', 'write_report']
+           'run_study', 'write_results', 'load_results', 'study_plan', 'run_one', 'gather', 'report_study', 'usable',
+           'metric_value', 'summarize', 'curve', 'Trend', 'trend', 'noise_margin', 'direction_verdict', 'Finding',
+           'findings', 'study_figures', 'trajectory_figure', 'table1', 'write_report']
 
 # %% ../nbs/09_temperature_study.ipynb #8a4db458
 def effective_rank(x: torch.Tensor) -> float:
@@ -478,6 +478,56 @@ def load_results(path: str | Path) -> list[dict]:
         raise StudyError(f"{path} does not hold a study's rows (a list of results with {', '.join(RESULT_KEYS)})")
     return rows
 
+# %% ../nbs/09_temperature_study.ipynb #fe4f3d27
+def _n_train(p: StudyPreset) -> int:
+    return len(load_dataset(p.dataset, train=True, progress=False))  # the bank's size sets the Simple losses' λ
+
+def study_plan(preset: str | StudyPreset = "digits", n_train: int | None = None) -> list[dict]:
+    "The study's runs in order — index, run name, loss, τ, seed, epochs, configuration: what `--list` prints and `--run I` trains."
+    p = get_preset(preset)
+    configs = study_configs(p, _n_train(p) if n_train is None else n_train)
+    return [dict(index=i, run=run_name(c), loss=c.loss, tau=None if c.loss in ("simple", "hard_simple") else c.tau, seed=c.seed,
+                 epochs=c.epochs, config=c) for i, c in enumerate(configs)]
+
+def _study_dir(p: StudyPreset, out_dir: str | Path | None) -> Path:
+    out = Path(out_dir if out_dir is not None else f"study-{p.name}")
+    if str(out) in ("", "."): raise ValueError("out_dir must name a folder for the study, not the current folder")
+    return out
+
+def run_one(preset: str | StudyPreset, index: int, out_dir: str | Path | None = None, device: str | None = None) -> dict | None:
+    "Train (resuming) and measure run `index` of the study in `out_dir`: its row, or None when another process holds the run now."
+    p = get_preset(preset)
+    if device is not None: p = dataclasses.replace(p, device=device)
+    plan = study_plan(p)
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(plan):
+        raise ValueError(f"index must be an integer in [0, {len(plan) - 1}] (the study's {len(plan)} runs; see --list), got {index!r}")
+    out = _study_dir(p, out_dir)
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    config = plan[index]["config"]
+    probe = dict(linear_epochs=p.linear_epochs, normalize=p.probe_normalize, augment=p.probe_augment)
+    return _train_and_measure(config, out / "runs" / run_name(config), probe, threads_for(config), p.stretch)
+
+def gather(preset: str | StudyPreset, out_dir: str | Path | None = None) -> tuple[list[dict], list[str]]:
+    "The finished rows of the study in `out_dir`, in plan order, and the names of the runs not finished yet."
+    p = get_preset(preset)
+    out = _study_dir(p, out_dir)
+    if not (out / "runs").is_dir(): raise StudyError(f"{out} holds no study (no runs/ folder): check --out, or run the study first")
+    rows, missing = [], []
+    for item in study_plan(p):
+        row = saved_row(out / "runs" / item["run"], item["config"], p.stretch)
+        if row is None: missing.append(item["run"])
+        else: rows.append(row)
+    return rows, missing
+
+def report_study(preset: str | StudyPreset, out_dir: str | Path | None = None) -> tuple[Path, list[str]]:
+    "Gather the finished runs into results.csv, results.json and report.html; return the report's path and the runs still missing."
+    p = get_preset(preset)
+    out = _study_dir(p, out_dir)
+    rows, missing = gather(p, out)
+    if not rows: raise StudyError(f"no run of the {p.name} study has finished in {out} yet ({len(missing)} to go)")
+    write_results(rows, out)
+    return write_report(rows, out, p, missing), missing
+
 # %% ../nbs/09_temperature_study.ipynb #7fa327e2
 def usable(rows: list[dict]) -> list[dict]:
     "The rows that count as evidence: converged and not collapsed."
@@ -761,8 +811,8 @@ def _probe_text(probe: dict | None) -> str:
     return (f"{probe['epochs']} epochs on {'L2-normalised' if probe['normalize'] else 'raw'} features of "
             f"{'augmented' if probe['augment'] else 'unaugmented, cached'} training images")
 
-def write_report(rows: list[dict], out_dir: str | Path, preset: str | StudyPreset | None = None) -> Path:
-    "Write report.html (scale, criteria, convergence, figures, table, findings) into `out_dir`; return its path."
+def write_report(rows: list[dict], out_dir: str | Path, preset: str | StudyPreset | None = None, missing: list[str] = ()) -> Path:
+    "Write report.html (scale, criteria, convergence, figures, table, findings) into `out_dir`; return its path. `missing`: runs not finished yet."
     out_dir, esc = Path(out_dir), _html.escape
     p = get_preset(preset) if preset is not None else None
     found = findings(rows)
@@ -792,6 +842,7 @@ def write_report(rows: list[dict], out_dir: str | Path, preset: str | StudyPrese
 <style>body{{font-family:sans-serif;max-width:1150px;margin:2em auto;}} table{{border-collapse:collapse;margin:0.5em 0}} td,th{{border:1px solid #ccc;padding:4px 8px;vertical-align:top}} .v{{font-weight:bold}} .scroll{{max-height:22em;overflow:auto}}</style>
 </head><body><h1>The temperature study on {esc(dataset)}: [WL21]'s findings tested at this scale</h1>
 <p>Wang &amp; Liu, <i>Understanding the Behaviour of Contrastive Loss</i>, CVPR 2021 [WL21], make six findings about the temperature τ. This study trains {len(rows)} runs (preset <b>{esc(p.name) if p else '?'}</b>{': ' + esc(p.note) if p and p.note else ''}) and tests each finding by a rule stated in advance. Of the six, <b>{counts['reproduced']} reproduced</b>, {counts['not reproduced']} not reproduced and {counts['inconclusive at this scale']} inconclusive <i>at this scale</i>: a verdict here speaks for these runs, not for the paper's.</p>
+{f"<p><b>This study is not finished:</b> {len(missing)} of its {len(rows) + len(missing)} runs are missing ({esc(', '.join(missing[:12]))}{' …' if len(missing) > 12 else ''}); the verdicts below speak for the {len(rows)} finished ones only.</p>" if missing else ''}
 <h2>Scale and regime</h2>
 <table><tr><th></th><th>this study</th><th>[WL21]</th></tr>{scale_rows}</table>
 <h2>Criteria: which runs count as evidence</h2>

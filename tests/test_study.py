@@ -405,3 +405,65 @@ def test_stretch_rules():
     with pytest.raises(ValueError, match="extend_epochs must be an integer >= 0"):
         StudyPreset("bad", extend_epochs=-5)
     assert PRESETS["digits"].stretch == (50, 400) and PRESETS["cifar10-paper"].stretch == (0, None)
+
+
+# --- a study past one machine: list, run one by index, gather ------------------------------------------------------------
+
+CLUSTER = StudyPreset("cluster", width=4, image_size=8, epochs=6, warmup_epochs=1, eval_every=1, taus=(0.1, 0.2, 0.5), seeds=(0, 1),
+                      simple_losses=False, linear_epochs=2)
+_CLUSTER_CODE = (
+    "import sys, time; from ctl_explore.study import StudyPreset, run_one, study_plan\n"
+    "p = StudyPreset('cluster', width=4, image_size=8, epochs=6, warmup_epochs=1, eval_every=1, taus=(0.1, 0.2, 0.5), seeds=(0, 1), "
+    "simple_losses=False, linear_epochs=2)\n"
+    "n = len(study_plan(p, 1438)); start = int(sys.argv[2]); todo = [(start + k) % n for k in range(n)]\n"
+    "while todo:\n"
+    "    todo = [i for i in todo if run_one(p, i, sys.argv[1]) is None]\n"
+    "    if todo: time.sleep(0.2)\n")
+
+
+def test_cluster_tasks_share_a_folder_and_survive_a_killed_one(tmp_path):
+    "Three job-array-like workers claim runs from one folder; one is killed mid-run; every run ends done once, as a serial study."
+    from ctl_explore.study import gather, study_plan
+    import signal
+    shared = tmp_path / "shared"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    start = lambda offset: subprocess.Popen([sys.executable, "-c", _CLUSTER_CODE, str(shared), str(offset)], env=env,
+                                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    victim = start(0)
+    first = shared / "runs" / study_plan(CLUSTER, 1438)[0]["run"] / "metrics.jsonl"
+    deadline = time.time() + 300
+    while not (first.exists() and len(first.read_text().splitlines()) >= 2):
+        assert victim.poll() is None and time.time() < deadline, victim.communicate()[1][-2000:]
+        time.sleep(0.05)
+    others = [start(4), start(8)]
+    os.kill(victim.pid, signal.SIGKILL)  # mid-run: its lock goes with its process
+    victim.wait()
+    outs = [p.communicate(timeout=600) for p in others]
+    assert [p.returncode for p in others] == [0, 0], [o[1][-2000:] for o in outs]
+    rows, missing = gather(CLUSTER, shared)
+    assert missing == [] and len(rows) == 12
+    for item in study_plan(CLUSTER, 1438):  # every epoch of every run trained and recorded once
+        lines = (shared / "runs" / item["run"] / "metrics.jsonl").read_text().splitlines()
+        assert [json.loads(l)["epoch"] for l in lines] == list(range(1, 7)), item["run"]
+    assert not list(shared.rglob("*.tmp"))
+    torch.set_num_threads(1)
+    serial = run_study(CLUSTER, tmp_path / "serial", quiet=True, workers=1)
+    assert _strip(rows) == _strip(serial)
+
+
+def test_run_one_gather_and_a_partial_report(tmp_path):
+    from ctl_explore.study import gather, report_study, run_one, study_plan
+    torch.set_num_threads(1)
+    plan = study_plan(CLUSTER, 1438)
+    assert [p["index"] for p in plan] == list(range(12)) and plan[0]["run"] == "contrastive-tau0.1-seed0"
+    with pytest.raises(StudyError, match="holds no study"):
+        gather(CLUSTER, tmp_path / "none")
+    row = run_one(CLUSTER, 3, tmp_path / "s")
+    assert row["run"] == plan[3]["run"] and run_one(CLUSTER, 3, tmp_path / "s") == row  # a finished run is reused
+    rows, missing = gather(CLUSTER, tmp_path / "s")
+    assert [r["run"] for r in rows] == [plan[3]["run"]] and len(missing) == 11
+    report, left = report_study(CLUSTER, tmp_path / "s")
+    assert left == missing and "This study is not finished" in report.read_text() and "11 of its 12 runs are missing" in report.read_text()
+    for bad in (12, -1, 1.0, True):
+        with pytest.raises(ValueError, match=r"index must be an integer in \[0, 11\]"):
+            run_one(CLUSTER, bad, tmp_path / "s")

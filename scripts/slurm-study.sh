@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# A ctl_explore study on a Slurm cluster: one job-array task per run, then one job that gathers the report.
+#
+#   preset=cifar10-paper; out=/shared/studies/cifar10       # a folder every node sees
+#   n=$(ctl-explore study --preset "$preset" --list | tail -n +2 | wc -l)
+#   job=$(sbatch --parsable --array=0-$((n - 1)) scripts/slurm-study.sh "$preset" "$out")
+#   sbatch --dependency=afterany:"$job" --wrap "ctl-explore study --preset $preset --out $out --report"
+#
+# Each task trains (or resumes) and measures one run in its own run folder under "$out/runs", holding that folder's lock:
+# two tasks never train the same run, and a task that dies (preempted, out of time) releases the lock with its process,
+# so resubmitting the same index resumes the run from its last checkpoint. --report writes results.csv, results.json and
+# report.html from the finished runs and names any that are still missing; resubmit those indices and report again.
+#SBATCH --job-name=ctl-study
+#SBATCH --gres=gpu:1
+#SBATCH --cpus-per-task=8
+#SBATCH --time=04:00:00
+#SBATCH --output=ctl-study-%A_%a.out
+set -euo pipefail
+preset=${1:?usage: slurm-study.sh PRESET STUDY_FOLDER}
+out=${2:?usage: slurm-study.sh PRESET STUDY_FOLDER}
+exec ctl-explore study --preset "$preset" --out "$out" --run "${SLURM_ARRAY_TASK_ID:?run me as a job array (sbatch --array=...)}"
