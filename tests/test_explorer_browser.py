@@ -166,7 +166,7 @@ RUN_STATE = """() => {
 # The r_i trace of the explorer's first figure, as the page holds it, and its path in the SVG.
 CURVE = """(explorer) => {
   const gd = explorer.querySelector('.js-plotly-plot');
-  if (!gd || !gd.data || !gd.data[0].y || !gd.data[0].meta) return null;
+  if (!gd || !gd.data || !gd.data[0] || !gd.data[0].y || !gd.data[0].meta) return null;  // not drawn yet
   const path = gd.querySelector('.scatterlayer .trace path.js-line');
   return {tau: gd.data[0].meta.tau, x: Array.from(gd.data[0].x), y: Array.from(gd.data[0].y),
           d: path ? path.getAttribute('d') : null};
