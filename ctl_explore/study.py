@@ -128,6 +128,7 @@ class StudyPreset:
     probe_augment: bool = False       # the probe trains on freshly augmented images each epoch ([WL21]'s code) instead of cached features
     device: str = "auto"
     precision: str = "fp32"
+    compile: bool = False             # torch.compile the encoder (CUDA: measure with benchmarks/bench_gpu.py whether it pays)
     extend_epochs: int = 0            # a run whose window has not settled at the first lr drop has its schedule stretched by this many epochs
     max_epochs: int | None = None     # ... again and again, up to this length (None: never stretched)
     note: str = ""
@@ -185,7 +186,7 @@ def study_configs(preset: str | StudyPreset, n_train: int) -> list[PretrainConfi
     p = get_preset(preset)
     common = dict(dataset=p.dataset, backbone=p.backbone, width=p.width, image_size=p.image_size, full_images=p.full_images, epochs=p.epochs,
                   warmup_epochs=p.warmup_epochs, eval_every=p.eval_every, batch_size=p.batch_size, lr=p.lr,
-                  weight_decay=p.weight_decay, device=p.device, precision=p.precision)
+                  weight_decay=p.weight_decay, device=p.device, precision=p.precision, compile=p.compile)
     runs = [PretrainConfig(loss=loss, tau=tau, seed=seed, alpha=p.alpha, **common)
             for loss in ("contrastive", "hard_contrastive") for tau in p.taus for seed in p.seeds]
     if p.simple_losses:
