@@ -105,7 +105,12 @@ def _numba_trailing_zeros():
     except ImportError: return globals()["_trailing_zeros_de_bruijn"]  # pragma: no cover (older or newer numba)
     return trailing_zeros
 
-_trailing_zeros = _numba_trailing_zeros() if _NUMBA else _trailing_zeros_de_bruijn  # numba_kernels() swaps it
+def _trailing_zeros_python(mask) -> int:
+    "The same count in plain Python integers, for the kernels run without numba."
+    mask = int(mask)
+    return (mask & -mask).bit_length() - 1
+
+_trailing_zeros = _numba_trailing_zeros() if _NUMBA else _trailing_zeros_python  # numba_kernels() swaps it
 
 @_jit()
 def _gather_at_least(row, low, buf, at):
@@ -246,7 +251,7 @@ def can_select_fast(x: Tensor) -> bool:
 
 def _prepare(x, k, tau, own):
     "Checked arguments as numpy views: (x, own or -1s, row minima, row maxima, tau in x's dtype)."
-    if not numba_kernels(): raise ImportError('the compiled selection needs numba: pip install "ctl_explore[fast]"')
+    numba_kernels()  # compiled on first use; without numba the kernels run as plain Python (exact, but slow)
     if not isinstance(x, Tensor) or x.dim() != 2 or x.dtype not in (torch.float32, torch.float64) or x.device.type != "cpu":
         raise ValueError(f"x must be a float32 or float64 CPU tensor of shape [B, N], got "
                          f"{getattr(x, 'dtype', type(x).__name__)} {tuple(getattr(x, 'shape', ()))} on {getattr(x, 'device', '?')}")
