@@ -319,6 +319,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                'ctl_explore/selection.py'),
                                        'ctl_explore.selection._trailing_zeros_de_bruijn': ( 'fast_selection.html#_trailing_zeros_de_bruijn',
                                                                                             'ctl_explore/selection.py'),
+                                       'ctl_explore.selection._trailing_zeros_python': ( 'fast_selection.html#_trailing_zeros_python',
+                                                                                         'ctl_explore/selection.py'),
                                        'ctl_explore.selection.can_select_fast': ( 'fast_selection.html#can_select_fast',
                                                                                   'ctl_explore/selection.py'),
                                        'ctl_explore.selection.compact_top_k': ( 'fast_selection.html#compact_top_k',
