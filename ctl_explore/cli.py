@@ -98,6 +98,12 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--workers", type=int, default=None, help="parallel worker processes, each training whole runs (default: "
                     "one per CPU core, one thread each, for the ConvNet presets; one per GPU for the CUDA presets). Several "
                     "studies, e.g. a cluster's job array, may share one --out: a run is never trained by two at once")
+    cluster = st.add_mutually_exclusive_group()
+    cluster.add_argument("--list", action="store_true", help="print the study's runs by index (one line each) and exit")
+    cluster.add_argument("--run", type=int, default=None, metavar="I", help="train and measure only run I of --list into --out "
+                         "(one task of a cluster's job array, e.g. Slurm's $SLURM_ARRAY_TASK_ID; scripts/slurm-study.sh)")
+    cluster.add_argument("--report", action="store_true", help="gather the finished runs in --out into results.csv/json and "
+                         "report.html, naming the runs still missing (after a job array)")
     p = sub.add_parser("pretrain", help="pretrain an encoder with a contrastive loss", description=
                        "Pretrain an encoder as in [WL21] into --out; run it again to resume from its checkpoint.")
     p.add_argument("--out", required=True, type=_folder, help="run folder (config.json, metrics.jsonl, checkpoint.pt): new, "
@@ -135,11 +141,25 @@ def main(argv: list[str] | None = None) -> int:
     command = args.pop("command")
     try:
         if command == "study":
-            from ctl_explore.study import run_study, write_report
+            from ctl_explore.study import report_study, run_one, run_study, study_plan, write_report
             out = args["out"] or Path(f"study-{args['preset']}")
-            rows = run_study(args["preset"], out, quiet=args["quiet"], device=args["device"], workers=args["workers"])
-            report = write_report(rows, out, args["preset"])
-            print(f"{len(rows)} runs; results in {out / 'results.csv'}; report: {report}")
+            if args["list"]:
+                print("index\trun\tloss\ttau\tseed\tepochs")
+                for p in study_plan(args["preset"]):
+                    print(f"{p['index']}\t{p['run']}\t{p['loss']}\t{'' if p['tau'] is None else format(p['tau'], 'g')}\t{p['seed']}\t{p['epochs']}")
+            elif args["run"] is not None:
+                row = run_one(args["preset"], args["run"], out, device=args["device"])
+                if row is None:
+                    print(f"run {args['run']} is being trained by another process right now; nothing to do "
+                          f"(run the same command later to resume it if that process dies)")
+                else: print(json.dumps({k: row[k] for k in ("run", "linear_top1", "uniformity", "converged", "collapsed")}))
+            elif args["report"]:
+                report, missing = report_study(args["preset"], out)
+                print(f"report: {report}" + (f"; {len(missing)} run(s) not finished yet: {', '.join(missing)}" if missing else ""))
+            else:
+                rows = run_study(args["preset"], out, quiet=args["quiet"], device=args["device"], workers=args["workers"])
+                report = write_report(rows, out, args["preset"])
+                print(f"{len(rows)} runs; results in {out / 'results.csv'}; report: {report}")
         elif command == "pretrain":
             out, restart, quiet, threads = args.pop("out"), args.pop("restart"), args.pop("quiet"), args.pop("threads")
             config = PretrainConfig(**args)
