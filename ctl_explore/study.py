@@ -37,12 +37,12 @@ from .train import (CheckpointError, PretrainConfig, RunBusyError, build_model, 
 
 # %% auto #0
 __all__ = ['CRITERIA', 'WL21_TAUS', 'PRESETS', 'RESULT_FORMAT', 'RESULT_KEYS', 'TRAJECTORY_KEYS', 'SIGNIFICANCE', 'PEAK_WINDOW',
-           'CLAIMS', 'RULES', 'LOSS_STYLE', 'effective_rank', 'collapse_diagnostics', 'Criteria', 'check_run',
-           'StudyPreset', 'get_preset', 'study_configs', 'run_name', 'neighbour_purity', 'run_embeddings',
-           'measure_run', 'StudyError', 'is_stretch', 'saved_row', 'first_drop', 'stretch_run', 'default_workers',
-           'run_study', 'write_results', 'load_results', 'study_plan', 'run_one', 'gather', 'report_study', 'usable',
-           'metric_value', 'summarize', 'curve', 'Trend', 'trend', 'noise_margin', 'direction_verdict', 'Finding',
-           'findings', 'study_figures', 'trajectory_figure', 'table1', 'write_report']
+           'CLAIMS', 'RULES', 'LOSS_STYLE', 'effective_rank', 'collapse_diagnostics', 'Criteria', 'first_drop',
+           'check_run', 'StudyPreset', 'get_preset', 'study_configs', 'run_name', 'neighbour_purity', 'run_embeddings',
+           'measure_run', 'StudyError', 'is_stretch', 'saved_row', 'stretch_run', 'default_workers', 'run_study',
+           'write_results', 'load_results', 'study_plan', 'run_one', 'gather', 'report_study', 'usable', 'metric_value',
+           'summarize', 'curve', 'Trend', 'trend', 'noise_margin', 'direction_verdict', 'Finding', 'findings',
+           'study_figures', 'trajectory_figure', 'table1', 'write_report']
 
 # %% ../nbs/09_temperature_study.ipynb #8a4db458
 def effective_rank(x: torch.Tensor) -> float:
@@ -83,12 +83,15 @@ def _fitted_change(points: list[tuple[int, float]]) -> float:
     i, j = np.triu_indices(len(x), k=1)
     return float(np.median((y[j] - y[i]) / (x[j] - x[i])) * (x.max() - x.min()))
 
+def first_drop(config: PretrainConfig) -> int:
+    "The epoch at which the run's learning rate first drops (its length when it never does): the end of the constant stretch."
+    return min((round(f * config.epochs) for f in config.lr_drops), default=config.epochs)
+
 def check_run(history: list[dict], config: PretrainConfig, criteria: Criteria = CRITERIA) -> dict:
     "Did the run converge, and did it collapse? `history`: its per-epoch records (metrics.jsonl), measured epochs holding `uniformity` and `knn_accuracy`."
     measured = [r for r in history if isinstance(r.get("uniformity"), (int, float)) and math.isfinite(r["uniformity"])]
     if not measured: raise ValueError("history holds no measured epoch (no 'uniformity' values)")
-    first_drop = min((round(f * config.epochs) for f in config.lr_drops), default=config.epochs)
-    end = max((r["epoch"] for r in measured if r["epoch"] <= first_drop), default=None)
+    end = max((r["epoch"] for r in measured if r["epoch"] <= first_drop(config)), default=None)
     start = end - criteria.window * (end - config.warmup_epochs) if end is not None else None
     window = [r for r in measured if end is not None and start <= r["epoch"] <= end]
     out = dict(collapsed=measured[-1]["uniformity"] < criteria.collapse_floor, final_uniformity=measured[-1]["uniformity"],
@@ -298,10 +301,6 @@ def saved_row(run_dir: str | Path, config: PretrainConfig, stretch: tuple[int, i
     return row
 
 # %% ../nbs/09_temperature_study.ipynb #ae63c241
-def first_drop(config: PretrainConfig) -> int:
-    "The epoch at which the run's learning rate first drops (its length when it never does): the end of the constant stretch."
-    return min((round(f * config.epochs) for f in config.lr_drops), default=config.epochs)
-
 def stretch_run(run_dir: str | Path, epochs: int) -> PretrainConfig:
     "Lengthen the schedule of the run in `run_dir` to `epochs` (same warm-up, lr drops at the same fractions); return its new configuration."
     path = Path(run_dir) / "checkpoint.pt"
@@ -322,8 +321,8 @@ def _current(run_dir: Path, config: PretrainConfig, stretch: tuple[int, int | No
     "The configuration the run in `run_dir` trains under: `config`, or the stretch of it its checkpoint holds."
     path = run_dir / "checkpoint.pt"
     if not path.exists(): return config
-    saved = load_checkpoint(path)["config"]
-    return PretrainConfig.from_dict(saved) if is_stretch(PretrainConfig.from_dict(saved).to_dict(), config.to_dict(), stretch) else config
+    saved = PretrainConfig.from_dict(load_checkpoint(path)["config"])
+    return saved if is_stretch(saved.to_dict(), config.to_dict(), stretch) else config
 
 def _settled(run_dir: Path, config: PretrainConfig, criteria: Criteria = CRITERIA) -> bool:
     "Whether the run may finish its schedule: its window met the criteria (or it collapsed), or it is already past its first drop."
@@ -770,9 +769,9 @@ def trajectory_figure(rows: list[dict]) -> go.Figure:
                 f.add_scatter(x=epochs, y=mean, mode="lines", line=dict(color=color, width=1.5, dash="dot" if stretched else "solid"),
                               row=i, col=col, name=name, legendgroup=str(tau), showlegend=col == 1 and (i == 1 or stretched))
         for length in sorted({length for _, length in groups}):
-            config = {**next(r["config"] for r in rows if r["loss"] == loss), "epochs": length}
-            end = min((round(d * length) for d in config["lr_drops"]), default=length)
-            start = end - CRITERIA.window * (end - config["warmup_epochs"])
+            config = PretrainConfig.from_dict({**next(r["config"] for r in rows if r["loss"] == loss), "epochs": length})
+            end = first_drop(config)
+            start = end - CRITERIA.window * (end - config.warmup_epochs)
             for col in (1, 2): f.add_vrect(x0=start, x1=end, fillcolor="grey" if length == planned else "orange", opacity=0.12,
                                           line_width=0, row=i, col=col)
     f.update_xaxes(title="epoch", row=len(losses)); f.update_layout(height=260 * len(losses),
