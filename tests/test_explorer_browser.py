@@ -14,7 +14,6 @@ import json
 import os
 import platform
 import secrets
-import shutil
 import signal
 import socket
 import statistics
@@ -27,6 +26,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from browser_setup import launch_browser, needs_browser
 from ctl_explore.explorer import similarity_set, temperature_explorer
 from ctl_explore.gradients import relative_penalty
 
@@ -34,23 +34,11 @@ REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = "nbs/02_explorer.ipynb"
 ARTIFACTS = REPO / "tests" / "artifacts"
 BROWSER_RESULTS = REPO / "benchmarks" / "results" / "explorer_browser.json"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
 LATENCY_PRESSES = 20
 RUN_ALL_TIMEOUT_S = 240
 
-CHROMIUM = os.environ.get("CTL_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-try:
-    from playwright.sync_api import sync_playwright
-except ImportError:  # pragma: no cover - depends on the machine
-    sync_playwright = None
 
-pytestmark = [
-    pytest.mark.skipif(sync_playwright is None, reason="the browser test needs Playwright for Python: "
-                       "`pip install playwright` (the package only; do not run `playwright install`)"),
-    pytest.mark.skipif(CHROMIUM is None, reason="the browser test needs a system Chromium: on Debian/Ubuntu "
-                       "`apt-get install -y --no-install-recommends chromium`, or set CTL_CHROMIUM to a Chromium binary"),
-]
+pytestmark = needs_browser("the explorer's browser tests")
 
 # JupyterLab user settings for the throw-away settings directory: render every cell (no virtual windowing), record
 # cells' timing, never write to the notebook (no autosave), and make no network requests of its own.
@@ -127,12 +115,7 @@ def lab(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
+    yield from launch_browser()
 
 
 # --- JavaScript run in the page --------------------------------------------------------------------------------

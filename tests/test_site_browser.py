@@ -18,13 +18,13 @@ import html
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from browser_setup import launch_browser, needs_browser
 from ctl_explore.site import directive_free, is_hidden, lesson_notebooks, skip_reason
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,21 +33,9 @@ LESSONS = lesson_notebooks(NBS)
 ARTIFACTS = REPO / "tests" / "artifacts" / "site"
 BUILD_TIMEOUT_S = 1800
 PAGE_TIMEOUT_MS = 120_000
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
 
-CHROMIUM = os.environ.get("CTL_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-try:
-    from playwright.sync_api import sync_playwright
-except ImportError:  # pragma: no cover - depends on the machine
-    sync_playwright = None
 
-needs_browser = [
-    pytest.mark.skipif(sync_playwright is None, reason="the site's browser tests need Playwright for Python: "
-                       "`pip install playwright` (the package only; do not run `playwright install`)"),
-    pytest.mark.skipif(CHROMIUM is None, reason="the site's browser tests need a system Chromium: on Debian/Ubuntu "
-                       "`apt-get install -y --no-install-recommends chromium`, or set CTL_CHROMIUM to a Chromium binary"),
-]
+BROWSER_MARKS = needs_browser("the site's browser tests")
 
 
 def _git_status() -> set[str] | None:
@@ -144,14 +132,7 @@ def test_skipped_cells_say_so(site):
 
 @pytest.fixture(scope="module")
 def browser():
-    if sync_playwright is None or CHROMIUM is None:
-        pytest.skip("no Playwright or no Chromium (see the skip reasons of the browser tests)")
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
+    yield from launch_browser()
 
 
 def _open(browser, path: Path):
@@ -177,7 +158,7 @@ def _open(browser, path: Path):
 
 
 def _needs_browser(test):
-    for mark in needs_browser:
+    for mark in BROWSER_MARKS:
         test = mark(test)
     return test
 
