@@ -5,16 +5,21 @@
 # %% ../nbs/95_checks.ipynb #ecf17c47
 from __future__ import annotations
 
-import math
+import math, os, threading, traceback
+from collections import Counter
+from contextlib import contextmanager
 
 import numpy as np
 import torch
 from torch import Tensor
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 # %% auto #0
-__all__ = ['check_number', 'check_positive', 'check_nonnegative', 'check_in_range', 'check_probability', 'check_int',
-           'check_choice', 'check_bool', 'check_interval', 'check_tensor', 'check_finite', 'check_index_tensor',
-           'check_similarities', 'check_embeddings', 'check_bank_inputs']
+__all__ = ['CHECK_VALUES_ENV', 'check_number', 'check_positive', 'check_nonnegative', 'check_in_range', 'check_probability',
+           'check_int', 'check_choice', 'check_bool', 'check_interval', 'checking_values', 'value_checks',
+           'check_tensor', 'check_finite', 'check_index_tensor', 'check_similarities', 'check_embeddings',
+           'check_bank_inputs', 'HostSyncs', 'count_host_syncs']
 
 # %% ../nbs/95_checks.ipynb #6009cf51
 def _as_float(name: str, value) -> float:
@@ -115,6 +120,25 @@ def check_interval(name: str, value, low: float, high: float) -> tuple[float, fl
     if not ok: raise ValueError(f"{name} must be a pair (lo, hi) with {low:g} <= lo <= hi <= {high:g}, got {value!r}")
     return lo, hi
 
+# %% ../nbs/95_checks.ipynb #91c596d8
+CHECK_VALUES_ENV = "CTL_EXPLORE_CHECK_VALUES"  # set it to 1 to run the value checks everywhere (debugging)
+_VALUE_CHECKS = threading.local()             # this thread's switch; unset means on
+
+def checking_values() -> bool:
+    "Whether the checks that read tensor values on the host run here: on by default, off inside `value_checks(False)`, always on with $CTL_EXPLORE_CHECK_VALUES=1, always off while `torch.compile` traces."
+    if torch.compiler.is_compiling(): return False
+    if os.environ.get(CHECK_VALUES_ENV, "").strip() == "1": return True
+    return getattr(_VALUE_CHECKS, "enabled", True)
+
+@contextmanager
+def value_checks(enabled: bool):
+    "Run the block with the value checks on (`True`) or off (`False`) in this thread; the previous state comes back at the end."
+    enabled = check_bool("enabled", enabled)
+    previous = getattr(_VALUE_CHECKS, "enabled", True)
+    _VALUE_CHECKS.enabled = enabled
+    try: yield
+    finally: _VALUE_CHECKS.enabled = previous
+
 # %% ../nbs/95_checks.ipynb #3369b912
 def _shape_text(t) -> str: return f"{getattr(t, 'dtype', type(t).__name__)} {tuple(getattr(t, 'shape', ()))}"
 
@@ -134,8 +158,8 @@ def check_tensor(
     return t
 
 def check_finite(name: str, t: Tensor, what: str = "values") -> Tensor:
-    "`t` unchanged, or a `ValueError` counting its NaN and infinite entries; `what` names them (e.g. 'similarities')."
-    if torch.compiler.is_compiling(): return t
+    "`t` unchanged, or a `ValueError` counting its NaN and infinite entries; `what` names them (e.g. 'similarities'). Skipped outside `checking_values()`."
+    if not checking_values(): return t  # the test reads a value on the host: see "Checks that read values" below
     with torch.no_grad():
         if torch.isfinite(t.sum()) or bool(torch.isfinite(t).all()): return t  # a non-finite sum may also be an overflow
         bad = (~torch.isfinite(t)).sum().item()
@@ -148,11 +172,11 @@ def check_index_tensor(
     upper: int,       # the indices must lie in [0, upper)
     what: str = "indices", # what the indices point to, for the message (e.g. "rows of the bank")
 ) -> Tensor:
-    "`idx` as an int64 tensor [length]; a `TypeError` unless it is a tensor, a `ValueError` unless it holds integers in [0, upper)."
+    "`idx` as an int64 tensor [length]; a `TypeError` unless it is a tensor, a `ValueError` unless it holds integers in [0, upper) (that range test only when `checking_values()`)."
     if not isinstance(idx, Tensor): raise TypeError(f"{name} must be a torch.Tensor of shape [{length}], got {type(idx).__name__}")
     if idx.dtype not in (torch.int32, torch.int64) or idx.shape != (length,):
         raise ValueError(f"{name} must be an integer tensor of shape [{length}], got {_shape_text(idx)}")
-    if length and (int(idx.min()) < 0 or int(idx.max()) >= upper):
+    if length and checking_values() and (int(idx.min()) < 0 or int(idx.max()) >= upper):
         raise ValueError(f"{name} must hold {what}, in [0, {upper}), got values in [{int(idx.min())}, {int(idx.max())}]")
     return idx.to(torch.int64)
 
@@ -190,3 +214,64 @@ def check_bank_inputs(
     if q.shape[0] == 0: raise ValueError("q must hold at least one query (B >= 1), got B=0")
     if bank.shape[0] < 2: raise ValueError(f"bank must have at least 2 rows so that each query has a negative, got N={bank.shape[0]}")
     return check_index_tensor("idx", idx, q.shape[0], bank.shape[0], "rows of bank").to(bank.device)
+
+# %% ../nbs/95_checks.ipynb #98402f99
+_READS = {"aten._local_scalar_dense", "aten.equal", "aten.is_nonzero"}  # a Python number or bool out of a tensor
+_SHAPE_READS = {"aten.nonzero", "aten._unique2", "aten.unique_dim", "aten.unique_consecutive", "aten.masked_select"}
+_NEW = {"aten.lift_fresh", "aten.lift_fresh_copy"}  # torch.tensor(python numbers)
+_OWN_FRAMES = {"add", "__torch_dispatch__", "__torch_function__"}
+
+class HostSyncs:
+    "What `count_host_syncs` saw: `ops`, a Counter of the syncing operators; `total`; with `trace=True`, `where` lists (op, the caller's line)."
+    def __init__(self, trace: bool = False): self.ops, self.trace, self.where = Counter(), trace, []
+    @property
+    def total(self) -> int: return sum(self.ops.values())
+    def add(self, op: str) -> None:
+        self.ops[op] += 1
+        if self.trace:
+            here = [f for f in traceback.extract_stack() if f.name not in _OWN_FRAMES and f"{os.sep}torch{os.sep}" not in f.filename]
+            self.where.append((op, f"{here[-1].filename}:{here[-1].lineno}" if here else "?"))
+    def __repr__(self) -> str: return f"HostSyncs(total={self.total}, {dict(self.ops)})"
+
+def _device_type(x) -> str | None: return x.device.type if isinstance(x, Tensor) else None
+
+def _sync_of(func, args, kwargs) -> str | None:
+    "The name under which the aten call `func(*args, **kwargs)` is counted, or None if it does not sync."
+    op = str(func.overloadpacket)
+    if op in _READS or op in _SHAPE_READS: return op
+    if op in _NEW:  # a 0-d CPU tensor is how torch wraps a Python scalar (`x[mask] = 1.0`): it stays a scalar, no copy
+        return None if args[0].ndim == 0 and args[0].device.type == "cpu" else "aten.lift_fresh"
+    if op == "aten.index" and any(isinstance(i, Tensor) and i.dtype == torch.bool for i in args[1]): return "aten.index (boolean mask)"
+    if op in ("aten.index_put", "aten.index_put_") and any(isinstance(i, Tensor) and i.dtype == torch.bool for i in args[1] if i is not None):
+        return "aten.index_put (boolean mask)"
+    if op == "aten.repeat_interleave" and isinstance(args[0], Tensor) and kwargs.get("output_size") is None and \
+            (len(args) < 2 or isinstance(args[1], Tensor)) and not isinstance(args[0], int) and args[0].dtype != torch.bool:
+        return "aten.repeat_interleave" if func.__name__.split(".")[-1] in ("Tensor", "self_Tensor") else None
+    if op in ("aten._to_copy", "aten.copy_"):
+        if op == "aten._to_copy": src, dst = args[0], kwargs.get("device") or args[0].device
+        else: src, dst = args[1], args[0].device
+        src_type, dst_type = _device_type(src), torch.device(dst).type
+        if src_type is None or src_type == dst_type or "meta" in (src_type, dst_type): return None
+        if src_type == "cpu" and kwargs.get("non_blocking", len(args) > 2 and args[2] is True) and src.is_pinned(): return None
+        return f"copy {src_type}->{dst_type}"
+    return None
+
+class _DispatchCounter(TorchDispatchMode):
+    def __init__(self, syncs: HostSyncs): super().__init__(); self.syncs = syncs
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        op = _sync_of(func, args, kwargs)
+        if op is not None: self.syncs.add(op)
+        return func(*args, **kwargs)
+
+class _FunctionCounter(TorchFunctionMode):
+    def __init__(self, syncs: HostSyncs): super().__init__(); self.syncs = syncs
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", None) == "tolist": self.syncs.add("tolist")  # tolist reads the data without the dispatcher
+        return func(*args, **(kwargs or {}))
+
+@contextmanager
+def count_host_syncs(trace: bool = False):
+    "Count, in a `HostSyncs`, the operations of the block that would make the host wait for a GPU (value reads, value-dependent shapes, host copies)."
+    syncs = HostSyncs(check_bool("trace", trace))
+    with _FunctionCounter(syncs), _DispatchCounter(syncs): yield syncs

@@ -147,3 +147,100 @@ def test_check_bank_inputs():
             ((q, bank / 0, torch.tensor([0, 5, 2])), ValueError, "bank must hold finite values")]:
         with pytest.raises(error, match=message):
             check_bank_inputs(*args)
+
+
+# --- value checks that can be switched off, and the host-sync counter (issue 16) ---
+import os
+import threading
+from collections import Counter
+
+from ctl_explore.checks import CHECK_VALUES_ENV, checking_values, count_host_syncs, value_checks
+
+
+def test_value_checks_switch_nests_and_restores():
+    nan = torch.tensor([0.0, float("nan")])
+    assert checking_values()
+    with value_checks(False):
+        assert not checking_values()
+        assert check_finite("x", nan) is nan
+        assert check_index_tensor("idx", torch.tensor([0, 7]), 2, 3).tolist() == [0, 7]
+        with pytest.raises(ValueError, match="idx must be an integer tensor of shape"):  # free checks stay
+            check_index_tensor("idx", torch.tensor([0, 7]), 3, 3)
+        with value_checks(True):
+            with pytest.raises(ValueError, match="x must hold finite values"):
+                check_finite("x", nan)
+        assert not checking_values()
+    assert checking_values()
+    with pytest.raises(ValueError, match="x must hold finite values"):
+        check_finite("x", nan)
+
+
+def test_value_checks_restore_after_an_exception():
+    with pytest.raises(RuntimeError):
+        with value_checks(False):
+            raise RuntimeError("boom")
+    assert checking_values()
+
+
+def test_value_checks_are_per_thread():
+    seen = []
+    with value_checks(False):
+        t = threading.Thread(target=lambda: seen.append(checking_values()))
+        t.start(); t.join()
+        assert not checking_values()
+    assert seen == [True]
+
+
+def test_environment_forces_the_value_checks(monkeypatch):
+    monkeypatch.setenv(CHECK_VALUES_ENV, "1")
+    with value_checks(False):
+        assert checking_values()
+        with pytest.raises(ValueError, match="idx must hold rows, in \\[0, 3\\)"):
+            check_index_tensor("idx", torch.tensor([0, 7]), 2, 3, "rows")
+    monkeypatch.setenv(CHECK_VALUES_ENV, "0")
+    with value_checks(False):
+        assert not checking_values()
+
+
+def test_value_checks_refuse_a_non_bool():
+    with pytest.raises(ValueError, match="enabled must be True or False"):
+        with value_checks("no"):
+            pass
+
+
+def test_count_host_syncs_counts_each_kind_of_read():
+    x = torch.randn(5, 3, requires_grad=True)
+    with count_host_syncs() as syncs:
+        (x @ x.T).logsumexp(dim=1).mean().backward()
+        x.detach().sort(dim=1); x.detach().topk(2, dim=1); torch.full((3,), 0.5); x.detach().to(torch.float64)
+    assert syncs.total == 0 and syncs.ops == Counter()
+    with count_host_syncs() as syncs:
+        x.sum().item()
+    assert syncs.total == 1 and syncs.ops["aten._local_scalar_dense"] == 1
+    with count_host_syncs() as syncs:
+        torch.tensor([1.0, 2.0])
+    assert syncs.ops == Counter({"aten.lift_fresh": 1})
+    with count_host_syncs() as syncs:
+        float(x[0, 0]); bool(x[0, 0] > 0); x.detach().tolist(); x.detach().nonzero(); x.detach().unique()
+        x[x > 0]; torch.equal(x, x); x.detach().repeat_interleave(torch.tensor([1, 0, 2, 1, 1]), dim=0)
+    assert syncs.ops == Counter({"aten._local_scalar_dense": 2, "tolist": 1, "aten.nonzero": 1, "aten._unique2": 1,
+                                 "aten.index (boolean mask)": 1, "aten.equal": 1, "aten.lift_fresh": 1,
+                                 "aten.repeat_interleave": 1})
+    assert syncs.total == 9
+
+
+def test_count_host_syncs_traces_the_calling_line():
+    with count_host_syncs(trace=True) as syncs:
+        check_finite("x", torch.ones(3))
+    ((op, where),) = syncs.where
+    assert op == "aten._local_scalar_dense" and where.split(os.sep)[-1].startswith("checks.py:")
+
+
+def test_value_checks_off_read_nothing():
+    q, bank, idx = torch.randn(4, 8), torch.randn(10, 8), torch.tensor([1, 3, 5, 7])
+    with count_host_syncs() as on:
+        check_bank_inputs(q, bank, idx)
+    assert on.total == 4  # finite q, finite bank, idx.min(), idx.max()
+    with value_checks(False), count_host_syncs() as off:
+        check_bank_inputs(q, bank, idx); check_similarities(q[:, 0], q)
+    assert off.total == 0
