@@ -1,37 +1,46 @@
-"""Images per second of one pretraining step on a GPU, beside the published anchors (issue 15, part 2; issue 16).
+"""Images per second of `pretrain`'s training step on GPUs, beside the published anchors (issue 15, part 2; issue 16).
 
-One step is what `pretrain` does for a batch, built from the library's own pieces: the batched augmentation on the
-device (`TwoViewAugment`), the encoder's forward pass under bf16 autocast (`build_model`: ResNet18 with the 3x3 stem,
-channels-last), the loss in float32, the backward pass, the SGD update, and with the memory bank its moving-average
-update. Two ways to take negatives are timed:
+It times the step function of `pretrain` itself (`ctl_explore.train.training_step`, fed as `pretrain` feeds it: the
+global batch's augmentation numbers drawn by `view_draws`, the value checks off): the augmentation on the device, the
+forward pass of ResNet18 with the 3x3 stem in channels-last under bf16 autocast, the loss in float32, the backward
+pass, the SGD update, and with the memory bank its moving-average update. Two ways to take negatives are timed:
 
-* `bank`, [WL21]'s protocol: one augmented view per image against a 50,000-row memory bank (`MemoryBank.loss`);
-* `batch`, SimCLR's: two views per image, each against the other views of the batch (`batch_loss`). This is the
-  like-for-like comparison with the published SimCLR anchors, which run the network on two views of every image.
+* `bank`, [WL21]'s protocol: one augmented view per image against a 50,000-row memory bank;
+* `batch`, SimCLR's: two views per image, each against the other views of the batch. This is the like-for-like
+  comparison with the published SimCLR anchors, which run the network on two views of every image.
 
-Each at batch 128 ([WL21]) and 512, with and without `torch.compile` of the encoder. The data are random uint8
-images of CIFAR10's shape (3 x 32 x 32, 50,000 rows), made on the device: nothing is downloaded.
+Each at batch 128 ([WL21]) and 512, with torch.compile off, of the encoder (`compile=True`) and of the whole step
+(`compile="step"`). The data are random uint8 images of CIFAR10's shape (3 x 32 x 32, 50,000 rows), made on the
+device: nothing is downloaded. cudnn.benchmark is on, as `pretrain` sets it on CUDA.
 
-Run it on a CUDA machine with `python benchmarks/bench_gpu.py`; it writes `benchmarks/results/gpu.md` with the
-machine's name (GPU model, driver, CUDA and torch versions). Without CUDA, or with `--toy`, it runs a toy size on the
-CPU in seconds (the test suite does, so that the script keeps working) and writes a file only when given `--out`.
+One GPU: `python benchmarks/bench_gpu.py`. N GPUs: `torchrun --standalone --nproc_per_node=N benchmarks/bench_gpu.py`;
+the script sees WORLD_SIZE, each process takes the GPU of its LOCAL_RANK (as `pretrain` does), the batch is the global
+batch split over the processes (memory bank only: `pretrain` takes the batch's negatives in one process only), and
+process 0 writes the table. The page is `benchmarks/results/gpu.md` (one GPU) or `gpu-<N>gpus.md`, with the machine's
+name (GPU model, driver, CUDA and torch versions). Without CUDA, or with `--toy`, it runs a toy size on the CPU in
+seconds (the test suite does, so that the script keeps working) and writes a file only when given `--out`.
 """
 from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import sys
 import time
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
+from ctl_explore.checks import value_checks
 from ctl_explore.data import TwoViewAugment
 from ctl_explore.gpu import device_summary
-from ctl_explore.memory_bank import MemoryBank, batch_loss
-from ctl_explore.train import PretrainConfig, build_model
+from ctl_explore.memory_bank import MemoryBank
+from ctl_explore.train import (PretrainConfig, _distributed, _init_distributed, build_model, negatives_seen, resolve_device,
+                               training_step, view_draws)
 
 RESULTS = Path(__file__).parent / "results"
+COMPILES = ("off", "encoder", "step")  # torch.compile of nothing, of the encoder (compile=True), of the whole step
 
 # published anchors (issue 16): the numbers a GPU owner compares with
 ANCHORS = (
@@ -43,27 +52,30 @@ ANCHORS = (
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description="Images/s of the pretraining step (ResNet18, CIFAR10-shaped data), bf16, "
-                                            "with and without torch.compile; writes a markdown table.")
+    p = argparse.ArgumentParser(description="Images/s of pretrain's training step (ResNet18, CIFAR10-shaped data), bf16, "
+                                            "with and without torch.compile, on one GPU or under torchrun on N; writes a markdown table.")
     p.add_argument("--toy", action="store_true", help="a toy size on the CPU, in seconds (automatic when CUDA is not available)")
-    p.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if available, else cpu)")
-    p.add_argument("--batch", type=int, nargs="+", default=None, help="batch sizes (default 128 512; toy: 8 16)")
+    p.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if available, else cpu; under torchrun: "
+                                                  "each process's cuda:LOCAL_RANK)")
+    p.add_argument("--batch", type=int, nargs="+", default=None, help="global batch sizes (default 128 512; toy: 8 16)")
     p.add_argument("--rows", type=int, default=None, help="training images (default 50000; toy: 128)")
     p.add_argument("--steps", type=int, default=None, help="timed steps per case (default 100; toy: 2)")
     p.add_argument("--warmup", type=int, default=None, help="untimed steps first, compilation included (default 15; toy: 1)")
-    p.add_argument("--compile", choices=("both", "on", "off"), default=None,
-                   help="torch.compile the encoder: both (default on CUDA), on, off (default for the toy)")
-    p.add_argument("--negatives", choices=("bank", "batch"), nargs="+", default=["bank", "batch"])
-    p.add_argument("--cudnn-benchmark", action="store_true", help="set torch.backends.cudnn.benchmark (pretrain leaves it unset)")
-    p.add_argument("--out", type=Path, default=None,
-                   help="markdown file to write (default on CUDA: benchmarks/results/gpu.md; the toy writes none unless given)")
+    p.add_argument("--compile", choices=COMPILES, nargs="+", default=None,
+                   help="torch.compile settings to time: off, encoder, step (default on CUDA: all three; toy: off)")
+    p.add_argument("--negatives", choices=("bank", "batch"), nargs="+", default=None,
+                   help="bank, batch (default: both; under torchrun: bank, the only one pretrain runs on several processes)")
+    p.add_argument("--out", type=Path, default=None, help="markdown file to write (default on CUDA: benchmarks/results/gpu.md, "
+                   "or gpu-<N>gpus.md under torchrun; the toy writes none unless given)")
     args = p.parse_args(argv)
+    args.world = int(os.environ.get("WORLD_SIZE", "1") or 1)
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         p.error(f"--device {args.device} asked for, but CUDA is not available (leave --device out for the CPU toy size)")
     args.toy = args.toy or not args.device.startswith("cuda")
-    defaults = dict(batch=[8, 16], rows=128, steps=2, warmup=1, compile="off") if args.toy else \
-               dict(batch=[128, 512], rows=50_000, steps=100, warmup=15, compile="both")
+    defaults = dict(batch=[8, 16], rows=128, steps=2, warmup=1, compile=["off"]) if args.toy else \
+               dict(batch=[128, 512], rows=50_000, steps=100, warmup=15, compile=list(COMPILES))
+    defaults["negatives"] = ["bank"] if args.world > 1 else ["bank", "batch"]
     for name, value in defaults.items():
         if getattr(args, name) is None: setattr(args, name, value)
     for name in ("rows", "steps"):
@@ -71,74 +83,80 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.warmup < 0: p.error(f"--warmup must be an integer >= 0, got {args.warmup}")
     if any(b < 2 for b in args.batch): p.error(f"--batch sizes must be at least 2, got {args.batch}")
     if max(args.batch) > args.rows: p.error(f"--batch {max(args.batch)} is larger than --rows {args.rows}")
-    if args.out is None and not args.toy: args.out = RESULTS / "gpu.md"
+    if args.world > 1:
+        if "batch" in args.negatives: p.error("--negatives batch runs in one process only (as in pretrain); use bank under torchrun")
+        if any(b % args.world for b in args.batch): p.error(f"--batch sizes must be divisible by the {args.world} processes, got {args.batch}")
+    if args.out is None and not args.toy: args.out = RESULTS / ("gpu.md" if args.world == 1 else f"gpu-{args.world}gpus.md")
     return args
 
 
-def time_case(images: torch.Tensor, batch: int, negatives: str, compiled: bool, steps: int, warmup: int, device: torch.device) -> dict:
+def time_case(images: torch.Tensor, batch: int, negatives: str, compile: str, steps: int, warmup: int, device: torch.device) -> dict:
     "Images/s of `steps` training steps (after `warmup` untimed ones) for one setting; a fresh model, optimiser and bank each time."
+    rank, world = _distributed()
     config = PretrainConfig(dataset="cifar10", backbone="resnet18", batch_size=batch, precision="bf16", negatives=negatives,
-                            device=str(device), compile=compiled)
-    torch.manual_seed(0)
+                            compile={"off": False, "encoder": True, "step": "step"}[compile])
     model = build_model(config, images.shape[1], device)
-    net = torch.compile(model) if compiled else model
+    net = model
+    if world > 1:  # as pretrain does it
+        if device.type == "cuda": net = torch.nn.SyncBatchNorm.convert_sync_batchnorm(net)
+        net = torch.nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
+    if compile == "encoder": net = torch.compile(net)
+    step = torch.compile(training_step) if compile == "step" else training_step
     optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
     augment = TwoViewAugment("cifar10", size=images.shape[-1])
-    bank = MemoryBank(len(images), config.out_dim, config.bank_momentum, generator=torch.Generator().manual_seed(1)).to(device)
+    bank = MemoryBank(len(images), config.out_dim, config.bank_momentum, generator=torch.Generator().manual_seed(1)).to(device) \
+        if negatives == "bank" else None
+    params = config.loss_params(negatives_seen(config, len(images)))
     generator = torch.Generator(device=device).manual_seed(0)
     order = torch.randperm(len(images), generator=generator, device=device)
-    per_pass = len(images) // batch
-    autocast = dict(device_type=device.type, dtype=torch.bfloat16)
+    per_pass, local, views = len(images) // batch, batch // world, 1 if negatives == "bank" else 2
+    part = slice(rank * local, (rank + 1) * local)
 
-    def step(k: int) -> None:
+    def one(k: int) -> None:
         idx = order[(k % per_pass) * batch:(k % per_pass + 1) * batch]
         x = images[idx]
-        if negatives == "bank":
-            with torch.autocast(**autocast): z = net(augment.view(x, generator)).float()
-            loss = bank.loss(z, idx, "contrastive", tau=config.tau)
-        else:
-            v1, v2 = augment(x, generator)
-            with torch.autocast(**autocast): z = net(torch.cat([v1, v2])).float()
-            loss = batch_loss(z[:batch], z[batch:], "contrastive", tau=config.tau)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        if negatives == "bank": bank.update(idx, z.detach())
+        aug, draws = view_draws(augment, x, generator, views)
+        step(net, optimizer, bank, x, idx, aug, draws, config, params, generator, part)
 
     def sync() -> None:
         if device.type == "cuda": torch.cuda.synchronize(device)
+        if world > 1: dist.barrier()
 
     if device.type == "cuda": torch.cuda.reset_peak_memory_stats(device)
-    start = time.perf_counter()
-    for k in range(warmup): step(k)
-    sync()
-    warm_s = time.perf_counter() - start
-    start = time.perf_counter()
-    for k in range(warmup, warmup + steps): step(k)
-    sync()
-    seconds = time.perf_counter() - start
+    with value_checks(False):  # as in pretrain: the indices are a permutation's, checked by construction
+        sync()
+        start = time.perf_counter()
+        for k in range(warmup): one(k)
+        sync()
+        warm_s = time.perf_counter() - start
+        start = time.perf_counter()
+        for k in range(warmup, warmup + steps): one(k)
+        sync()
+        seconds = time.perf_counter() - start
     peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
-    if compiled: torch._dynamo.reset()  # the next case compiles its own model from scratch
-    return dict(negatives=negatives, batch=batch, compile=compiled, images_per_s=steps * batch / seconds,
+    if compile != "off": torch._dynamo.reset()  # the next case compiles its own model from scratch
+    return dict(negatives=negatives, batch=batch, compile=compile, gpus=world, images_per_s=steps * batch / seconds,
                 ms_per_step=1e3 * seconds / steps, warmup_s=warm_s, peak_gib=peak)
 
 
 def markdown(rows: list[dict], machine: dict, args: argparse.Namespace, command: str) -> str:
     "The results as a markdown page: the machine, the table, the anchors and how to read them."
     size = "toy size on the CPU: the numbers only show that the script works" if args.toy else "the full size"
+    processes = f"{args.world} processes under torchrun, one per GPU" if args.world > 1 else "one process"
     lines = [
-        "# GPU benchmark: one pretraining step, ResNet18 on CIFAR10-shaped data", "",
-        f"Written by `benchmarks/bench_gpu.py` on {datetime.date.today().isoformat()} ({size}). Command: `{command}`.", "",
-        "Machine: " + ", ".join(f"{k} {v}" for k, v in machine.items()) + ".", "",
-        f"Data: {args.rows:,} random uint8 images of {args.image_shape}, on the device. Precision: bf16 autocast for the encoder, "
-        f"the loss in float32. Timed: {args.steps} steps after {args.warmup} untimed ones (compilation happens there). "
-        f"cudnn.benchmark: {'on' if args.cudnn_benchmark else 'off (as pretrain leaves it)'}.", "",
-        "| negatives | batch | torch.compile | images/s | ms per step | warm-up s | peak GPU memory GiB |",
-        "|---|---:|---|---:|---:|---:|---:|",
+        "# GPU benchmark: pretrain's training step, ResNet18 on CIFAR10-shaped data", "",
+        f"Written by `benchmarks/bench_gpu.py` on {datetime.date.today().isoformat()} ({size}; {processes}). Command: `{command}`.", "",
+        "Machine: " + ", ".join(f"{k} {v}" for k, v in machine.items()) + (f" (× {args.world})" if args.world > 1 else "") + ".", "",
+        f"Data: {args.rows:,} random uint8 images of {args.image_shape}, on the device. The step: `ctl_explore.train.training_step`, "
+        f"bf16 autocast for the encoder, the augmentation and the loss in float32, the value checks off (as in pretrain). "
+        f"Timed: {args.steps} steps after {args.warmup} untimed ones (compilation happens there). cudnn.benchmark: on "
+        f"(as pretrain sets it on CUDA). The batch is the global batch; images/s count all processes together.", "",
+        "| negatives | batch | GPUs | torch.compile | images/s | ms per step | warm-up s | peak GPU memory GiB (per GPU) |",
+        "|---|---:|---:|---|---:|---:|---:|---:|",
     ]
     for r in rows:
         peak = "" if r["peak_gib"] != r["peak_gib"] else f"{r['peak_gib']:.1f}"
-        lines.append(f"| {r['negatives']} | {r['batch']} | {'on' if r['compile'] else 'off'} | {r['images_per_s']:,.0f} | "
+        lines.append(f"| {r['negatives']} | {r['batch']} | {r['gpus']} | {r['compile']} | {r['images_per_s']:,.0f} | "
                      f"{r['ms_per_step']:.1f} | {r['warmup_s']:.1f} | {peak} |")
     lines += ["", "## Published anchors", "", "| source | setting | images/s |", "|---|---|---:|"]
     lines += [f"| {source} | {setting} | {ips:,.0f} |" for source, setting, ips in ANCHORS]
@@ -146,37 +164,45 @@ def markdown(rows: list[dict], machine: dict, args: argparse.Namespace, command:
               "How to compare: the SimCLR anchors run the network on two views of every image, as the `batch` rows do; the "
               "`bank` rows follow [WL21] (one view per image against the memory bank), so per image they do about half the "
               "network's work. lightly's figure is a whole run's wall time (with its evaluations and data loading), "
-              "50,000 × 200 images / 97.7 min; dkobak's is a training throughput. One GPU only: several GPUs under "
-              "`torchrun` are not measured here (issue 16).", ""]
+              "50,000 × 200 images / 97.7 min; dkobak's is a training throughput. Several GPUs: "
+              "`torchrun --standalone --nproc_per_node=N benchmarks/bench_gpu.py` writes its own page beside this one.", ""]
     return "\n".join(lines)
 
 
 def main(argv=None) -> list[dict]:
     args = parse_args(argv)
-    device = torch.device(args.device)
-    if args.cudnn_benchmark: torch.backends.cudnn.benchmark = True
-    side = 16 if args.toy else 32
-    args.image_shape = f"3 × {side} × {side}"
-    images = torch.randint(0, 256, (args.rows, 3, side, side), dtype=torch.uint8,
-                           generator=torch.Generator().manual_seed(0)).to(device)
-    compiles = {"both": (False, True), "on": (True,), "off": (False,)}[args.compile]
-    machine = device_summary(device)
-    print("machine: " + ", ".join(f"{k} {v}" for k, v in machine.items()))
-    rows = []
-    for negatives in args.negatives:
-        for batch in args.batch:
-            for compiled in compiles:
-                r = time_case(images, batch, negatives, compiled, args.steps, args.warmup, device)
-                print(f"  negatives {negatives:<5} batch {batch:>4} compile {'on ' if compiled else 'off'}  "
-                      f"{r['images_per_s']:>9,.0f} images/s  {r['ms_per_step']:7.1f} ms/step", flush=True)
-                rows.append(r)
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        command = "python benchmarks/bench_gpu.py" + ("" if argv is None and len(sys.argv) == 1 else
-                                                      " " + " ".join(sys.argv[1:] if argv is None else argv))
-        args.out.write_text(markdown(rows, machine, args, command))
-        print(f"wrote {args.out}")
-    return rows
+    device = resolve_device(args.device) if args.device.startswith("cuda") else torch.device(args.device)
+    started = _init_distributed(device)  # under torchrun: this process's GPU made current, then the group joined
+    try:
+        rank, _ = _distributed()
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+            torch.backends.cudnn.benchmark = True
+        side = 16 if args.toy else 32
+        args.image_shape = f"3 × {side} × {side}"
+        images = torch.randint(0, 256, (args.rows, 3, side, side), dtype=torch.uint8,
+                               generator=torch.Generator().manual_seed(0)).to(device)
+        machine = device_summary(device)
+        say = print if rank == 0 else (lambda *a, **k: None)
+        say("machine: " + ", ".join(f"{k} {v}" for k, v in machine.items()) + (f", {args.world} processes" if args.world > 1 else ""))
+        rows = []
+        for negatives in args.negatives:
+            for batch in args.batch:
+                for compile in args.compile:
+                    r = time_case(images, batch, negatives, compile, args.steps, args.warmup, device)
+                    say(f"  negatives {negatives:<5} batch {batch:>4} GPUs {args.world} compile {compile:<7}  "
+                        f"{r['images_per_s']:>9,.0f} images/s  {r['ms_per_step']:7.1f} ms/step", flush=True)
+                    rows.append(r)
+        if args.out is not None and rank == 0:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            given = sys.argv[1:] if argv is None else argv
+            launcher = f"torchrun --standalone --nproc_per_node={args.world} " if args.world > 1 else "python "
+            command = launcher + "benchmarks/bench_gpu.py" + ("" if not given else " " + " ".join(given))
+            args.out.write_text(markdown(rows, machine, args, command))
+            say(f"wrote {args.out}")
+        return rows
+    finally:
+        if started: dist.destroy_process_group()
 
 
 if __name__ == "__main__":

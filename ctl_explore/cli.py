@@ -42,7 +42,9 @@ PRETRAIN_HELP = {
            "distribution loss in align_logsumexp and align_swd (default: 1)",
     "negatives": f"where negatives come from: {', '.join(NEGATIVES)} (memory bank, or the other views of the batch)",
     "bank_momentum": "memory-bank moving-average momentum",
-    "bank_precision": f"memory-bank storage: {', '.join(PRECISIONS)} (bf16: faster bank similarities on CPU, rounded to ~3 digits)",
+    "bank_precision": f"memory-bank storage: {', '.join(PRECISIONS)}. bf16 is a CPU option: half the memory and faster bank "
+                      "similarities, the bank's rows rounded to ~3 digits; on CUDA it halves the memory only (the similarities "
+                      "are computed in float32 there) (default: fp32)",
     "epochs": "pretraining epochs",
     "batch_size": "global batch size (over all processes)",
     "lr": "SGD learning rate",
@@ -51,15 +53,24 @@ PRETRAIN_HELP = {
     "lr_drops": "fractions of the epochs after which lr is multiplied by 0.1 (WL21: 160 and 190 of 200)",
     "warmup_epochs": "epochs of linear learning-rate warm-up, lr·(e+1)/warmup in epoch e (0: none, as in WL21)",
     "seed": "random seed (model, bank, shuffling, augmentation)",
-    "device": "auto, cpu, cuda, cuda:N",
+    "device": "auto, cpu, cuda, cuda:N; under torchrun, auto and cuda give each process the GPU of its LOCAL_RANK "
+              "(cuda:N is refused there: it cannot differ per process) (default: auto)",
     "precision": f"{', '.join(PRECISIONS)} (bf16 autocast)",
-    "compile": "torch.compile the encoder",
+    "compile": "torch.compile: --compile (or --compile encoder) the encoder; --compile step the whole training step "
+               "(augmentation given its random numbers, forward, loss, backward, update); for CUDA (default: off)",
     "knn_k": "neighbours of the kNN monitor",
     "eval_batch_size": "batch size when embedding for the epoch's measurements",
     "eval_every": "measure uniformity, tolerance, alignment and kNN accuracy every N epochs, and after the last",
+    "monitor_images": "the kNN monitor's bank: a fixed random subset of N training images, for large datasets where "
+                      "embedding all of them each epoch costs much (default: all)",
 }
 _CHOICES = dict(dataset=DATASETS, backbone=BACKBONES, norm=NORMS, head=HEADS, loss=PRETRAIN_LOSSES,
                 negatives=NEGATIVES, precision=PRECISIONS, bank_precision=PRECISIONS)
+
+def _compile_mode(text: str) -> str:
+    "A --compile value: encoder or step."
+    if text not in ("encoder", "step"): raise argparse.ArgumentTypeError(f"must be encoder or step, got {text!r}")
+    return text
 
 def _add_config_options(parser: argparse.ArgumentParser, cls, helps: dict) -> None:
     "One --option per field of the dataclass `cls`, typed by its default value."
@@ -67,10 +78,13 @@ def _add_config_options(parser: argparse.ArgumentParser, cls, helps: dict) -> No
         flag, default = "--" + f.name.replace("_", "-"), f.default
         text = helps.get(f.name, f.name)
         kw = dict(dest=f.name, help=text if "(default" in text else f"{text} (default: {default})", default=default)
-        if isinstance(default, bool): parser.add_argument(flag, action=argparse.BooleanOptionalAction, **kw)
+        if f.name == "compile":  # --compile [encoder|step], --no-compile
+            parser.add_argument(flag, nargs="?", const=True, type=_compile_mode, metavar="{encoder,step}", **kw)
+            parser.add_argument("--no-compile", dest=f.name, action="store_const", const=False, help="compile nothing")
+        elif isinstance(default, bool): parser.add_argument(flag, action=argparse.BooleanOptionalAction, **kw)
         elif isinstance(default, tuple): parser.add_argument(flag, nargs="+", type=float, metavar="F", **kw)
         else:
-            kind = {"image_size": int, "data_root": str, "stem": str, "lam": float}.get(f.name, type(default))
+            kind = {"image_size": int, "data_root": str, "stem": str, "lam": float, "monitor_images": int}.get(f.name, type(default))
             parser.add_argument(flag, type=kind, choices=_CHOICES.get(f.name), **kw)
 
 # %% ../nbs/90_cli.ipynb #3a8f107c

@@ -28,8 +28,9 @@ import torch.nn.functional as F
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from .checks import check_bool, check_choice, check_in_range, check_int, check_nonnegative, check_positive
-from .data import DATASETS, DatasetNotFoundError, ImageData, TwoViewAugment, data_root, load_dataset, to_float
+from .checks import check_bool, check_choice, check_in_range, check_int, check_nonnegative, check_positive, value_checks
+from .data import (DATASETS, AugmentParams, DatasetNotFoundError, FullImages, ImageData, TwoViewAugment, ViewDraws,
+                              augment_view, data_root, load_dataset, sample_view, to_float)
 from .generalized import FEATURE_LOSS_NAMES, FEATURE_LOSS_PARAMS, apply_feature_loss
 from .losses import LOSS_NAMES, LOSS_PARAMS, n_informative
 from .memory_bank import MemoryBank, batch_loss
@@ -37,12 +38,13 @@ from .metrics import alignment, knn_accuracy, tolerance, uniformity
 from .models import BACKBONES, HEADS, NORMS, STEMS, Encoder, build_encoder
 
 # %% auto #0
-__all__ = ['NEGATIVES', 'PRECISIONS', 'PRETRAIN_LOSSES', 'MIN_IMAGE_SIZE', 'CHECKPOINT_FORMAT', 'STATE_KEYS', 'LOCK_NAME',
-           'PRETRAIN_FILES', 'DERIVED_FILES', 'RUN_FOLDER_FILES', 'METRIC_KEYS', 'TIMING_KEYS', 'PretrainConfig',
-           'default_lam', 'negatives_seen', 'lr_at', 'CheckpointError', 'RunFolderError', 'RunBusyError',
-           'write_json_atomic', 'save_checkpoint', 'load_checkpoint', 'run_lock', 'check_run_folder', 'embed',
-           'evaluates_at', 'evaluate', 'TrainingDivergedError', 'TrainingInterrupted', 'threads_for', 'resolve_device',
-           'build_model', 'pretrain']
+__all__ = ['NEGATIVES', 'PRECISIONS', 'PRETRAIN_LOSSES', 'MIN_IMAGE_SIZE', 'COMPILE_MODES', 'CHECKPOINT_FORMAT', 'STATE_KEYS',
+           'EXECUTION_KEYS', 'LOCK_NAME', 'PRETRAIN_FILES', 'DERIVED_FILES', 'RUN_FOLDER_FILES', 'METRIC_KEYS',
+           'TIMING_KEYS', 'LOG_EVERY', 'PretrainConfig', 'default_lam', 'negatives_seen', 'lr_at', 'run_identity',
+           'CheckpointError', 'RunFolderError', 'RunBusyError', 'write_json_atomic', 'save_checkpoint',
+           'load_checkpoint', 'run_lock', 'check_run_folder', 'resolve_device', 'embed', 'evaluates_at', 'monitor_rows',
+           'evaluate', 'TrainingDivergedError', 'TrainingInterrupted', 'threads_for', 'build_model', 'view_draws',
+           'training_step', 'pretrain']
 
 # %% ../nbs/07_pretrain.ipynb #6dbc4a4b
 NEGATIVES = ("bank", "batch")
@@ -62,6 +64,14 @@ def _check_device_name(name) -> None:
     except (RuntimeError, ValueError): kind = None
     if kind not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {name!r}")
+
+COMPILE_MODES = (False, True, "step")  # nothing, the encoder ("encoder" is a synonym of True), the whole training step
+
+def _check_compile(value) -> bool | str:
+    "`value` as one of COMPILE_MODES ('encoder' becomes True, so that equal settings compare equal), or a `ValueError`."
+    if isinstance(value, str) and value in ("encoder", "step"): return True if value == "encoder" else value
+    try: return check_bool("compile", value)
+    except ValueError: raise ValueError(f"compile must be False, True (or 'encoder'), or 'step', got {value!r}") from None
 
 @dataclass
 class PretrainConfig:
@@ -83,7 +93,8 @@ class PretrainConfig:
     lam: float | None = None           # weight λ of the negatives (simple, hard_simple) or of the distribution loss (align_*); None: default_lam
     negatives: str = "bank"            # "bank": memory bank of the whole dataset; "batch": the other views of the batch
     bank_momentum: float = 0.5         # memory-bank moving-average momentum
-    bank_precision: str = "fp32"       # memory-bank storage: "fp32", or "bf16" (half the memory, faster similarities on CPU)
+    bank_precision: str = "fp32"       # memory-bank storage: "fp32", or "bf16", a CPU option (half the memory, faster similarities);
+                                       # on CUDA bf16 halves the memory only: the similarities are computed in float32 there
     epochs: int = 50
     batch_size: int = 128              # the global batch, over all processes
     lr: float = 0.03
@@ -94,15 +105,17 @@ class PretrainConfig:
     seed: int = 0
     device: str = "auto"               # "auto" (CUDA if available), "cpu", "cuda", "cuda:1", ...
     precision: str = "fp32"            # "fp32", or "bf16" autocast (CUDA)
-    compile: bool = False              # torch.compile the encoder (CUDA)
+    compile: bool | str = False        # False; True or "encoder": torch.compile the encoder; "step": the whole training step (CUDA)
     knn_k: int = 200                   # neighbours of the weighted kNN monitor
     eval_batch_size: int = 512
     eval_every: int = 1                # measure the embedding every this many epochs, and after the last one
+    monitor_images: int | None = None  # the kNN monitor's bank: a fixed random subset of this many training images; None: all
 
     def __post_init__(self):
         if not isinstance(self.lr_drops, (tuple, list)): raise ValueError(f"lr_drops must be a sequence of fractions, got {self.lr_drops!r}")
         self.lr_drops = tuple(check_in_range("each of lr_drops", f, 0, 1, low_open=True, why="fractions of the epochs") for f in self.lr_drops)
-        for name in ("download", "compile", "full_images"): setattr(self, name, check_bool(name, getattr(self, name)))
+        for name in ("download", "full_images"): setattr(self, name, check_bool(name, getattr(self, name)))
+        self.compile = _check_compile(self.compile)
         if self.data_root is not None and not isinstance(self.data_root, str):
             raise ValueError(f"data_root must be a folder's name (a str) or None, got {self.data_root!r}")
         choices = dict(dataset=DATASETS, backbone=BACKBONES, norm=NORMS, head=HEADS, loss=PRETRAIN_LOSSES,
@@ -119,6 +132,7 @@ class PretrainConfig:
         for name in ("width", "out_dim", "epochs", "knn_k", "eval_batch_size", "eval_every"): setattr(self, name, check_int(name, getattr(self, name), 1))
         self.batch_size = check_int("batch_size", self.batch_size, 2, why="each anchor needs another image")
         self.warmup_epochs = check_int("warmup_epochs", self.warmup_epochs, 0, self.epochs - 1, why=f"fewer than the {self.epochs} epochs")
+        if self.monitor_images is not None: self.monitor_images = check_int("monitor_images", self.monitor_images, 2, why="or None for all")
         if self.image_size is not None:
             self.image_size = check_int("image_size", self.image_size, MIN_IMAGE_SIZE.get(self.backbone, 1),
                                         why=f"for the {self.backbone} backbone, or None for the dataset's default")
@@ -173,6 +187,12 @@ def lr_at(config: PretrainConfig, epoch: int) -> float:
 # %% ../nbs/07_pretrain.ipynb #7ba063c4
 CHECKPOINT_FORMAT = "ctl_explore.pretrain/1"
 STATE_KEYS = ("config", "epoch", "model", "optimizer", "bank", "generator", "history")  # what a run's checkpoint holds
+
+EXECUTION_KEYS = ("device", "compile")  # where and how a run executes, not what it computes: not part of its identity
+
+def run_identity(config: PretrainConfig) -> dict:
+    "The fields that make a run what it is: `config.to_dict()` without `EXECUTION_KEYS`; a checkpoint resumes under any config with the same identity."
+    return {k: v for k, v in config.to_dict().items() if k not in EXECUTION_KEYS}
 
 class CheckpointError(RuntimeError):
     "A run folder's checkpoint is unreadable, damaged, or belongs to another run."
@@ -274,9 +294,9 @@ def load_checkpoint(path: str | Path, config: PretrainConfig | None = None) -> d
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(f"{path} was not written by ctl_explore's pretrain (format {CHECKPOINT_FORMAT} expected). "
                               "Move it away, or use another folder.")
-    saved = _check_state(path, state).to_dict()  # a field added after the checkpoint was written counts with its default value
-    if config is not None and saved != config.to_dict():
-        asked = config.to_dict()
+    saved = run_identity(_check_state(path, state))  # a field added after the checkpoint was written counts with its default value
+    if config is not None and saved != run_identity(config):
+        asked = run_identity(config)
         diff = {k: (v, asked.get(k)) for k, v in saved.items() if asked.get(k) != v}
         raise CheckpointError(f"{path} belongs to a run with another configuration (saved vs asked: {diff}). "
                               "Use another output folder, or start over with restart=True (--restart on the command line).")
@@ -400,10 +420,42 @@ def _distributed() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized(): return dist.get_rank(), dist.get_world_size()
     return 0, 1
 
+def _env_int(name: str, default: int | None) -> int | None:
+    "The integer in environment variable `name` (torchrun's WORLD_SIZE, LOCAL_RANK), or `default` when it is unset."
+    text = os.environ.get(name, "").strip()
+    if not text: return default
+    try: return int(text)
+    except ValueError: raise ValueError(f"the environment variable {name} must be an integer, got {text!r}") from None
+
+def resolve_device(name: str) -> torch.device:
+    "The device this process trains on: 'auto' is CUDA if available, else the CPU; under torchrun, 'auto' and 'cuda' mean cuda:LOCAL_RANK."
+    _check_device_name(name)
+    if name == "auto": name = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(name)
+    if device.type != "cuda": return device
+    if not torch.cuda.is_available(): raise ValueError(f"device {name!r} asked for, but CUDA is not available")
+    count, world = torch.cuda.device_count(), _env_int("WORLD_SIZE", 1)
+    if world > 1:  # torchrun: one GPU per process, told apart by LOCAL_RANK
+        if device.index is not None:
+            raise ValueError(f"device {name!r} names one GPU, but torchrun started {world} processes and each needs its own: "
+                             "use --device cuda (or auto), and each process takes the GPU of its LOCAL_RANK")
+        local = _env_int("LOCAL_RANK", None)
+        if local is None: raise ValueError(f"WORLD_SIZE is {world} but LOCAL_RANK is not set: start several processes with torchrun, which sets both")
+        if not 0 <= local < count:
+            raise ValueError(f"this process has LOCAL_RANK {local}, but this machine has {count} CUDA device(s): start at most "
+                             f"{count} processes per machine (torchrun --nproc_per_node={count})")
+        return torch.device("cuda", local)
+    if device.index is None: return torch.device("cuda", torch.cuda.current_device())  # an index, so that DDP and set_device can use it
+    if device.index >= count: raise ValueError(f"device {name!r} asked for, but this machine has {count} CUDA device(s)")
+    return device
+
 def _init_distributed(device: torch.device) -> bool:
-    "Join the process group torchrun set up, if any; True when this call started it."
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or (dist.is_available() and dist.is_initialized()): return False
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    "Join the process group torchrun set up, if any (on CUDA: this process's GPU made current first, and bound to the group); True when this call started it."
+    if _env_int("WORLD_SIZE", 1) <= 1 or (dist.is_available() and dist.is_initialized()): return False
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # before anything is allocated: otherwise every process would also hold memory on cuda:0
+        dist.init_process_group("nccl", device_id=device)
+    else: dist.init_process_group("gloo")
     return True
 
 def _gather(t: Tensor) -> Tensor:
@@ -413,6 +465,21 @@ def _gather(t: Tensor) -> Tensor:
     parts = [torch.empty_like(t) for _ in range(world)]
     dist.all_gather(parts, t.contiguous())
     return torch.cat(parts)
+
+def _on_rank_0_first(work: Callable, device: torch.device, what: str):
+    "Run `work(first)` in process 0 with first=True, then, once it has succeeded, in the other processes with first=False; its result."
+    rank, world = _distributed()
+    if world == 1: return work(True)
+    result, error = None, None
+    if rank == 0:
+        try: result = work(True)
+        except Exception as e: error = e
+    ok = torch.tensor(0 if error else 1, device=device)
+    dist.broadcast(ok, src=0)  # the other processes wait here until process 0 is done
+    if error is not None: raise error
+    if not ok.item(): raise RuntimeError(f"process 0 failed to {what}: see its error")
+    return result if rank == 0 else work(False)
+
 
 # %% ../nbs/07_pretrain.ipynb #54014de8
 @torch.no_grad()
@@ -436,11 +503,26 @@ def evaluates_at(config: PretrainConfig, epoch: int) -> bool:
     "Whether `pretrain` measures the embedding after `epoch` (0-based): every `config.eval_every` epochs, and after the last."
     return (epoch + 1) % config.eval_every == 0 or epoch + 1 == config.epochs
 
+def monitor_rows(config: PretrainConfig, n_train: int) -> Tensor | None:
+    "The training images the kNN monitor embeds: None for all of them, or the sorted indices of a fixed random subset of `config.monitor_images`."
+    if config.monitor_images is None or config.monitor_images >= n_train: return None
+    g = torch.Generator().manual_seed(config.seed)  # a generator of its own: training's random numbers are untouched
+    return torch.randperm(n_train, generator=g)[:config.monitor_images].sort().values
+
+class _Rows:
+    "The images `rows` of `images`, taken batch by batch as `embed` slices them (a subset of decoded files is never decoded at once)."
+    def __init__(self, images, rows: Tensor): self.images, self.rows = images, rows
+    def __len__(self) -> int: return len(self.rows)
+    def __getitem__(self, part: slice): return self.images[self.rows[part]]
+
 def evaluate(model: Encoder, train: ImageData, test: ImageData, augment: TwoViewAugment, config: PretrainConfig,
              epoch: int) -> dict:
-    "The epoch's measurements of the embedding: uniformity, tolerance, alignment and kNN accuracy."
+    "The epoch's measurements of the embedding: uniformity, tolerance, alignment and kNN accuracy (against `monitor_rows`' training images)."
     autocast = config.precision == "bf16"
-    z_train = embed(model, train.images, augment, config.eval_batch_size, autocast=autocast)
+    rows = monitor_rows(config, len(train))
+    images, labels = (train.images, train.labels) if rows is None else \
+        (_Rows(train.images, rows.to(train.labels.device)), train.labels[rows.to(train.labels.device)])
+    z_train = embed(model, images, augment, config.eval_batch_size, autocast=autocast)
     z_test = embed(model, test.images, augment, config.eval_batch_size, autocast=autocast)
     g = torch.Generator(device=test.images.device).manual_seed(config.seed * 100_003 + epoch)
     with torch.no_grad():
@@ -450,7 +532,7 @@ def evaluate(model: Encoder, train: ImageData, test: ImageData, augment: TwoView
         a = alignment(F.normalize(model(v1).float(), dim=1), F.normalize(model(v2).float(), dim=1))
         model.train(was_training)
     return dict(uniformity=uniformity(z_test), tolerance=tolerance(z_test, test.labels), alignment=a,
-                knn_accuracy=knn_accuracy(z_train, train.labels, z_test, test.labels, k=min(config.knn_k, len(train))))
+                knn_accuracy=knn_accuracy(z_train, labels, z_test, test.labels, k=min(config.knn_k, len(labels))))
 
 # %% ../nbs/07_pretrain.ipynb #51d00cc6
 TIMING_KEYS = ("images_per_s", "epoch_time_s", "wall_time_s")
@@ -470,15 +552,6 @@ def threads_for(config: PretrainConfig) -> int | None:
     on_cpu = config.device.startswith("cpu") or (config.device == "auto" and not torch.cuda.is_available())
     return 1 if on_cpu and config.backbone == "convnet" else None
 
-def resolve_device(name: str) -> torch.device:
-    _check_device_name(name)
-    if name == "auto": return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available(): raise ValueError(f"device {name!r} asked for, but CUDA is not available")
-    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise ValueError(f"device {name!r} asked for, but this machine has {torch.cuda.device_count()} CUDA device(s)")
-    return device
-
 def build_model(config: PretrainConfig, in_channels: int, device: torch.device) -> Encoder:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
@@ -487,6 +560,12 @@ def build_model(config: PretrainConfig, in_channels: int, device: torch.device) 
     return model.to(device=device, memory_format=torch.channels_last)
 
 def _load_data(config: PretrainConfig, device: torch.device, quiet: bool) -> tuple[ImageData, ImageData]:
+    "The training and test splits; under torchrun, process 0 loads (and downloads) first while the others wait, then they read its files."
+    if not config.download: return _load_splits(config, device, quiet)
+    return _on_rank_0_first(lambda first: _load_splits(config if first else dataclasses.replace(config, download=False), device, quiet),
+                            device, f"download {config.dataset}")
+
+def _load_splits(config: PretrainConfig, device: torch.device, quiet: bool) -> tuple[ImageData, ImageData]:
     "The training and test splits; a failed download says so, with where to put the files instead."
     kw = dict(root=config.data_root, image_size=config.image_size, device=device, download=config.download, progress=not quiet,
               **({"full_images": True} if config.full_images else {}))
@@ -515,6 +594,84 @@ def _diverged(config: PretrainConfig, epoch: int, lr: float, what: str) -> Train
 
 def _weights_finite(model: Encoder) -> bool:
     return bool(torch.stack([p.detach().isfinite().all() for p in model.parameters()]).all())
+def view_draws(augment: TwoViewAugment, images: Tensor | FullImages, generator: torch.Generator, views: int
+               ) -> tuple[AugmentParams, list[ViewDraws]]:
+    "The recipe and the random numbers of `views` augmented views of the whole global batch `images`, drawn in the order `TwoViewAugment` draws them."
+    params = augment.params
+    if isinstance(images, FullImages):
+        if not params.size: params = dataclasses.replace(params, size=images.size)
+        height, width = images.heights, images.widths
+    else: height, width = images.shape[-2:]
+    return params, [sample_view(params, len(images), height, width, generator) for _ in range(views)]
+
+def training_step(
+    net: torch.nn.Module,                # the encoder as trained: wrapped by DDP and torch.compile where they are used
+    optimizer: torch.optim.Optimizer,
+    bank: MemoryBank | None,             # the memory bank (negatives="bank"), None for the batch's negatives
+    images: Tensor | FullImages,         # the global batch, uint8 [B, C, H, W] on the device
+    idx: Tensor,                         # [B] its rows of the training set (the bank's rows), on the device
+    params: AugmentParams,               # the augmentation recipe ...
+    draws: list[ViewDraws],              # ... and the random numbers of each view of the global batch (`view_draws`)
+    config: PretrainConfig,
+    loss_params: dict,                   # config.loss_params(...), λ resolved
+    generator: torch.Generator | None = None, # SWD's random projections (the feature losses)
+    part: slice = slice(None),           # this process's rows of the global batch
+) -> Tensor:
+    "One SGD step: augment this process's `part` of the batch, embed, loss, backward, update (and the bank); the loss, detached, left on the device."
+    x = [augment_view(images[part], params, d[part]) for d in draws]
+    n = len(x[0])
+    # low precision for the network only: the augmentation and the loss compute in float32
+    with torch.autocast(device_type=idx.device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16"):
+        z = net(x[0] if len(x) == 1 else torch.cat(x)).float()
+    try:
+        if bank is not None: loss = bank.loss(z, idx[part], config.loss, **loss_params)
+        elif config.loss in FEATURE_LOSS_PARAMS:  # SWD's random projections come from the run's generator: resumable
+            loss = apply_feature_loss(config.loss, z[:n], z[n:], generator, **loss_params)
+        else: loss = batch_loss(z[:n], z[n:], config.loss, **loss_params)
+    except ValueError:  # with the value checks on, the losses refuse non-finite inputs: NaN embeddings come from NaN weights
+        if bool(z.isfinite().all()): raise
+        raise FloatingPointError("the embeddings became NaN or infinite") from None
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    if bank is not None: bank.update(idx, _gather(z.detach()))  # every process writes the whole global batch's rows
+    return loss.detach()
+
+LOG_EVERY = 25  # steps between two updates of the progress bar's running loss, the loop's only host read
+
+def _train_epoch(step: Callable, net: torch.nn.Module, optimizer: torch.optim.Optimizer, bank: MemoryBank | None,
+                 train: ImageData, augment: TwoViewAugment, config: PretrainConfig, loss_params: dict,
+                 generator: torch.Generator, epoch: int, bar: tqdm, log_every: int = LOG_EVERY) -> Tensor:
+    "The steps of one epoch; the sum of their losses, on the device. Nothing is read on the host except the bar's loss every `log_every` steps."
+    rank, world = _distributed()
+    local = config.batch_size // world
+    part = slice(rank * local, (rank + 1) * local)
+    views = 1 if config.negatives == "bank" else 2
+    # a permutation: every index in range and none repeated, by construction, so the steps skip the value checks
+    order = torch.randperm(len(train), generator=generator, device=generator.device)
+    total, start = torch.zeros((), device=order.device), time.perf_counter()
+    with value_checks(False):
+        for k in bar:
+            idx = order[k * config.batch_size:(k + 1) * config.batch_size]
+            images = train.images[idx]
+            params, draws = view_draws(augment, images, generator, views)  # the whole global batch's numbers, on every process
+            total += step(net, optimizer, bank, images, idx, params, draws, config, loss_params, generator, part)
+            if not bar.disable and (k + 1) % log_every == 0:
+                bar.set_postfix(loss=f"{total.item() / (k + 1):.3f}",
+                                img_s=f"{(k + 1) * config.batch_size / (time.perf_counter() - start):.0f}")
+    return total
+
+_GENERATOR_KINDS = {5056: "cpu", 16: "cuda"}  # the size in bytes of a generator's state, by device type
+
+def _restore_generator(generator: torch.Generator, saved: Tensor, seed: int, epoch: int) -> str | None:
+    "Give `generator` its saved state; a state of another device type is re-seeded from (seed, epoch) instead, and the change returned ('cpu → cuda')."
+    if saved.dtype == torch.uint8 and saved.shape == generator.get_state().shape:
+        generator.set_state(saved)
+        return None
+    was = _GENERATOR_KINDS.get(saved.numel(), "another device") if saved.dtype == torch.uint8 else "another device"
+    generator.manual_seed(seed * 1_000_003 + epoch)  # deterministic: a second resume of the same checkpoint draws the same numbers
+    return f"{was} → {generator.device.type}"
+
 
 # %% ../nbs/07_pretrain.ipynb #b8605635
 def pretrain(
@@ -539,12 +696,18 @@ def pretrain(
     threads = threads if threads is not None else threads_for(config)
     previous_threads = torch.get_num_threads()
     if threads is not None: torch.set_num_threads(threads)
-    started_dist = _init_distributed(device)
+    benchmark = torch.backends.cudnn.benchmark
+    started_dist = False
     try:
         with contextlib.ExitStack() as held:
+            if device.type == "cuda":
+                held.enter_context(torch.cuda.device(device))  # this process's GPU is the current one while it trains
+                torch.backends.cudnn.benchmark = True  # the input shapes never change: let cuDNN pick its fastest kernels once
+            started_dist = _init_distributed(device)
             return _pretrain(config, Path(out_dir), quiet, restart, device, stop, start_time, held)
     finally:
         if started_dist: dist.destroy_process_group()
+        torch.backends.cudnn.benchmark = benchmark
         torch.set_num_threads(previous_threads)
 
 def _take_folder(out_dir: Path, held: contextlib.ExitStack, rank: int, world: int, device: torch.device) -> None:
@@ -582,18 +745,19 @@ def _pretrain(config: PretrainConfig, out_dir: Path, quiet: bool, restart: bool,
     bank = MemoryBank(len(train), config.out_dim, config.bank_momentum, generator=torch.Generator().manual_seed(config.seed + 1),
                       dtype=torch.bfloat16 if config.bank_precision == "bf16" else torch.float32).to(device)
     generator = torch.Generator(device=device).manual_seed(config.seed)
-    history, start_epoch, wall_before = [], 0, 0.0  # wall_before: the wall time of the run's earlier sessions
+    history, start_epoch, wall_before, reseeded = [], 0, 0.0, None  # wall_before: the wall time of the run's earlier sessions
 
     if not locked: _take_folder(out_dir, held, rank, world, device)
     if ckpt_path.exists() and not restart:
         state = load_checkpoint(ckpt_path, config)
         try:
             model.load_state_dict(state["model"]); optimizer.load_state_dict(state["optimizer"])
-            bank.load_state_dict(state["bank"]); generator.set_state(state["generator"])
+            bank.load_state_dict(state["bank"])  # each tensor copied onto this run's device: a checkpoint resumes on any device
         except (RuntimeError, ValueError, KeyError, TypeError) as e:
             raise CheckpointError(f"{ckpt_path} does not fit this run ({type(e).__name__}: {str(e).strip().splitlines()[0]}). "
                                   f"{_START_OVER}") from None
         history, start_epoch = state["history"], state["epoch"]
+        reseeded = _restore_generator(generator, state["generator"], config.seed, start_epoch)
         # checkpoints written before the field existed: their epochs' training time is what is known
         wall_before = state.get("wall_time_s", sum(h.get("epoch_time_s", 0.0) for h in history))
     if rank == 0:
@@ -606,56 +770,35 @@ def _pretrain(config: PretrainConfig, out_dir: Path, quiet: bool, restart: bool,
         _write_atomic(metrics_path, lambda f: f.write(lines.encode()))
 
     net = model
+    # several GPUs: batch norm's statistics over the global batch, as one process computes them (one all-reduce per layer;
+    # nothing to convert with norm="group"). The CPU has no synchronised batch norm: norm="group" makes that split exact
     if device.type == "cuda" and world > 1: net = torch.nn.SyncBatchNorm.convert_sync_batchnorm(net)
     if world > 1: net = torch.nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
-    if config.compile: net = torch.compile(net)
-    autocast = dict(device_type=device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16")
+    if config.compile is True: net = torch.compile(net)
+    step = torch.compile(training_step) if config.compile == "step" else training_step
     params = config.loss_params(negatives_seen(config, len(train)))  # λ = 1/K (Eq 7) for the Simple losses unless given
     steps = len(train) // config.batch_size
-    local = config.batch_size // world
 
     try:
         for epoch in range(start_epoch, stop):
             lr = lr_at(config, epoch)
             for group in optimizer.param_groups: group["lr"] = lr
             model.train()
-            order = torch.randperm(len(train), generator=generator, device=device)
-            total, start = torch.zeros((), device=device), time.perf_counter()
             bar = tqdm(range(steps), desc=f"epoch {epoch + 1}/{config.epochs}", disable=quiet or rank > 0, leave=False)
-            for step in bar:
-                idx = order[step * config.batch_size:(step + 1) * config.batch_size]
-                images = train.images[idx]
-                mine = slice(rank * local, (rank + 1) * local)
-                # low precision for the network only: the loss is computed in float32 (the bank's similarities in its own dtype)
-                if config.negatives == "bank":
-                    with torch.autocast(**autocast): z = net(augment.view(images, generator)[mine]).float()
-                else:
-                    v1, v2 = augment(images, generator)
-                    with torch.autocast(**autocast): z = net(torch.cat([v1, v2])).float()
-                try:
-                    if config.negatives == "bank":
-                        loss = bank.loss(z, idx[mine], config.loss, **params)
-                    elif config.loss in FEATURE_LOSS_PARAMS:  # SWD's random projections come from the run's generator: resumable
-                        loss = apply_feature_loss(config.loss, z[:local], z[local:], generator, **params)
-                    else:
-                        loss = batch_loss(z[:local], z[local:], config.loss, **params)
-                except ValueError:  # the losses refuse non-finite inputs: NaN embeddings come from NaN weights
-                    if bool(z.isfinite().all()): raise
-                    raise _diverged(config, epoch, lr, "the embeddings became NaN or infinite") from None
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-                if config.negatives == "bank": bank.update(_gather(idx[mine]), _gather(z.detach()))
-                total += loss.detach()
-                if not quiet and rank == 0 and step % 5 == 0:
-                    bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{lr:.3g}", img_s=f"{(step + 1) * config.batch_size / (time.perf_counter() - start):.0f}")
+            start = time.perf_counter()
+            try: total = _train_epoch(step, net, optimizer, bank if config.negatives == "bank" else None, train, augment,
+                                      config, params, generator, epoch, bar)
+            except FloatingPointError as e: raise _diverged(config, epoch, lr, str(e)) from None
             seconds = time.perf_counter() - start
             if world > 1: dist.all_reduce(total); total /= world
             mean_loss = total.item() / steps  # one check per epoch: a NaN or infinity in any step shows in the sum
             if not math.isfinite(mean_loss): raise _diverged(config, epoch, lr, f"the loss is {mean_loss}")
             if not _weights_finite(model): raise _diverged(config, epoch, lr, "the weights became NaN or infinite")
             record = dict(epoch=epoch + 1, loss=mean_loss, lr=lr)
-            if evaluates_at(config, epoch): record.update(evaluate(model, train, test, augment, config, epoch))
+            if reseeded:  # the run's history says where its random stream changed
+                record["generator_reseeded"], reseeded = reseeded, None
+            # the monitor runs in process 0 only; the others wait at the barrier below
+            if evaluates_at(config, epoch) and rank == 0: record.update(evaluate(model, train, test, augment, config, epoch))
             # the run's wall time so far: setup, training, measuring and the earlier checkpoints, over every session
             wall = wall_before + time.perf_counter() - start_time
             record.update(images_per_s=steps * config.batch_size / seconds, epoch_time_s=seconds, wall_time_s=wall)

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -26,8 +28,8 @@ def test_toy_run_writes_the_table_beside_the_anchors(bench, tmp_path):
     before = shipped.stat().st_mtime_ns if shipped.exists() else None
     rows = bench.main(["--toy", "--device", "cpu", "--rows", "32", "--batch", "4", "8", "--steps", "1", "--out", str(out)])
     # one row per (negatives, batch): the memory bank of [WL21] and SimCLR's batch negatives
-    assert [(r["negatives"], r["batch"], r["compile"]) for r in rows] == [("bank", 4, False), ("bank", 8, False),
-                                                                         ("batch", 4, False), ("batch", 8, False)]
+    assert [(r["negatives"], r["batch"], r["compile"], r["gpus"]) for r in rows] == [
+        ("bank", 4, "off", 1), ("bank", 8, "off", 1), ("batch", 4, "off", 1), ("batch", 8, "off", 1)]
     assert all(r["images_per_s"] > 0 and r["ms_per_step"] > 0 for r in rows)
     text = out.read_text()
     table = [line for line in text.splitlines() if line.startswith("| bank |") or line.startswith("| batch |")]
@@ -48,9 +50,13 @@ def test_toy_writes_nothing_without_out(bench, tmp_path, monkeypatch):
 
 def test_full_size_defaults(bench, monkeypatch):
     monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: True)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
     args = bench.parse_args([])
-    assert (args.toy, args.device, args.batch, args.rows, args.compile) == (False, "cuda", [128, 512], 50_000, "both")
-    assert args.out == bench.RESULTS / "gpu.md"
+    assert (args.toy, args.device, args.batch, args.rows, args.compile) == (False, "cuda", [128, 512], 50_000, ["off", "encoder", "step"])
+    assert args.negatives == ["bank", "batch"] and args.out == bench.RESULTS / "gpu.md"
+    monkeypatch.setenv("WORLD_SIZE", "4")  # under torchrun: the memory bank only, and a page of its own
+    args = bench.parse_args([])
+    assert args.world == 4 and args.negatives == ["bank"] and args.out == bench.RESULTS / "gpu-4gpus.md"
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -70,3 +76,33 @@ def test_cuda_asked_without_cuda(bench, capsys, monkeypatch):
     with pytest.raises(SystemExit):
         bench.parse_args(["--device", "cuda"])
     assert "CUDA is not available" in capsys.readouterr().err
+
+
+def test_under_torchrun_the_bank_only_and_divisible_batches(bench, capsys, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for argv, message in ((["--negatives", "batch"], "--negatives batch runs in one process only"),
+                          (["--batch", "5", "--rows", "16"], "divisible by the 2 processes")):
+        with pytest.raises(SystemExit): bench.parse_args(["--toy", "--device", "cpu"] + argv)
+        assert message in capsys.readouterr().err
+
+
+def test_it_times_pretrains_own_step(bench, monkeypatch):
+    import ctl_explore.train
+    assert bench.training_step is ctl_explore.train.training_step  # the step pretrain runs, not a copy
+    calls = []
+    monkeypatch.setattr(bench, "training_step", lambda *a: calls.append(a[-1]) or ctl_explore.train.training_step(*a))
+    bench.main(["--toy", "--device", "cpu", "--rows", "16", "--batch", "4", "--steps", "2", "--warmup", "1", "--negatives", "bank"])
+    assert calls == [slice(0, 4)] * 3  # one process: the whole global batch, warm-up and timed steps
+
+
+def test_two_processes_under_torchrun(tmp_path):
+    # the N-GPU case of the script, on the CPU: two gloo processes, DDP, each its half of the batch; process 0 writes
+    out = tmp_path / "gpu-2.md"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(BENCH),
+                          "--toy", "--device", "cpu", "--rows", "16", "--batch", "4", "--steps", "1", "--warmup", "0",
+                          "--out", str(out)], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    text = out.read_text()
+    assert "2 processes under torchrun" in text and "| bank | 4 | 2 | off |" in text
+    assert "torchrun --standalone --nproc_per_node=2 benchmarks/bench_gpu.py" in text

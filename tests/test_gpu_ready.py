@@ -1,0 +1,256 @@
+"""Issue 16 on the CPU: the CUDA paths of `pretrain` proven without a GPU. The device of each torchrun process, the order
+in which a process takes its GPU and joins the group, the download by process 0 first, the per-process augmentation,
+zero host syncs per training step, resuming across devices, the monitor's subset and the compiled step."""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import ctl_explore.train as train_mod
+from ctl_explore.checks import count_host_syncs, value_checks
+from ctl_explore.data import TwoViewAugment, augment_view, load_dataset
+from ctl_explore.memory_bank import MemoryBank
+from ctl_explore.train import (TIMING_KEYS, CheckpointError, PretrainConfig, build_model, load_checkpoint, monitor_rows,
+                               negatives_seen, pretrain, resolve_device, run_identity, save_checkpoint, training_step,
+                               view_draws)
+
+TINY = dict(width=4, out_dim=16, knn_k=20, batch_size=16)
+
+
+# ---------------------------------------------------------------- one device per torchrun process
+
+@pytest.fixture
+def fake_gpus(monkeypatch):
+    "A machine with 4 CUDA devices, as far as `resolve_device` can tell; no torchrun variables."
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    for name in ("WORLD_SIZE", "LOCAL_RANK", "RANK"): monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def test_one_process_keeps_the_device_it_is_given(fake_gpus):
+    assert resolve_device("auto") == torch.device("cuda", 0) == resolve_device("cuda")  # an index, for set_device and DDP
+    assert resolve_device("cuda:3") == torch.device("cuda", 3)
+    assert resolve_device("cpu") == torch.device("cpu")
+    with pytest.raises(ValueError, match="has 4 CUDA device"): resolve_device("cuda:4")
+
+
+@pytest.mark.parametrize("local_rank", [0, 1, 3])
+def test_under_torchrun_each_process_takes_the_gpu_of_its_local_rank(fake_gpus, local_rank):
+    fake_gpus.setenv("WORLD_SIZE", "4"); fake_gpus.setenv("RANK", str(local_rank)); fake_gpus.setenv("LOCAL_RANK", str(local_rank))
+    assert resolve_device("auto") == torch.device("cuda", local_rank) == resolve_device("cuda")
+    assert resolve_device("cpu") == torch.device("cpu")  # gloo on the CPU, as the 2-process test runs
+    with pytest.raises(ValueError, match="names one GPU, but torchrun started 4 processes"): resolve_device("cuda:1")
+
+
+def test_under_torchrun_a_rank_without_a_gpu_is_refused(fake_gpus):
+    fake_gpus.setenv("WORLD_SIZE", "8"); fake_gpus.setenv("LOCAL_RANK", "5")
+    with pytest.raises(ValueError, match="LOCAL_RANK 5, but this machine has 4 CUDA device.*--nproc_per_node=4"): resolve_device("auto")
+    fake_gpus.delenv("LOCAL_RANK")
+    with pytest.raises(ValueError, match="LOCAL_RANK is not set"): resolve_device("cuda")
+    fake_gpus.setenv("LOCAL_RANK", "one")
+    with pytest.raises(ValueError, match="LOCAL_RANK must be an integer"): resolve_device("cuda")
+
+
+def test_without_cuda_auto_is_the_cpu_and_cuda_is_refused(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("WORLD_SIZE", "2"); monkeypatch.setenv("LOCAL_RANK", "1")
+    assert resolve_device("auto") == torch.device("cpu")
+    with pytest.raises(ValueError, match="CUDA is not available"): resolve_device("cuda")
+
+
+def test_a_process_takes_its_gpu_before_it_joins_the_group(fake_gpus):
+    calls = []
+    fake_gpus.setattr(torch.cuda, "set_device", lambda d: calls.append(("set_device", d)))
+    fake_gpus.setattr(dist, "is_initialized", lambda: False)
+    fake_gpus.setattr(dist, "init_process_group", lambda backend, **kw: calls.append(("init", backend, kw)))
+    assert not train_mod._init_distributed(torch.device("cuda", 2))  # one process: no group
+    assert calls == []
+    fake_gpus.setenv("WORLD_SIZE", "4"); fake_gpus.setenv("LOCAL_RANK", "2")
+    assert train_mod._init_distributed(resolve_device("cuda"))
+    assert calls == [("set_device", torch.device("cuda", 2)), ("init", "nccl", {"device_id": torch.device("cuda", 2)})]
+    calls.clear()
+    assert train_mod._init_distributed(torch.device("cpu"))
+    assert calls == [("init", "gloo", {})]
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_process_0_downloads_while_the_others_wait(monkeypatch, rank):
+    events = []
+    monkeypatch.setattr(train_mod, "_distributed", lambda: (rank, 2))
+    monkeypatch.setattr(train_mod, "_load_splits", lambda config, device, quiet: events.append(("load", config.download)) or "splits")
+    monkeypatch.setattr(dist, "broadcast", lambda t, src: events.append(("wait for process 0", int(t))))
+    config = PretrainConfig(dataset="cifar10", download=True)
+    assert train_mod._load_data(config, torch.device("cpu"), True) == "splits"
+    if rank == 0: assert events == [("load", True), ("wait for process 0", 1)]  # downloads, then lets the others go
+    else: assert events == [("wait for process 0", 1), ("load", False)]         # waits, then reads the files from the disk
+    events.clear()
+    assert train_mod._load_data(dataclasses.replace(config, download=False), torch.device("cpu"), True) == "splits"
+    assert events == [("load", False)]  # nothing to download: no waiting
+
+
+def test_a_failed_download_stops_every_process(monkeypatch):
+    monkeypatch.setattr(train_mod, "_distributed", lambda: (1, 2))
+    monkeypatch.setattr(dist, "broadcast", lambda t, src: t.fill_(0))  # what process 1 hears when process 0 failed
+    monkeypatch.setattr(train_mod, "_load_splits", lambda *a: pytest.fail("process 1 must not load after process 0 failed"))
+    with pytest.raises(RuntimeError, match="process 0 failed to download cifar10"):
+        train_mod._load_data(PretrainConfig(dataset="cifar10", download=True), torch.device("cpu"), True)
+
+
+# ---------------------------------------------------------------- each process augments its own slice
+
+def test_a_slice_of_the_draws_augments_the_slice_as_the_whole_batch_does():
+    images = load_dataset("digits", train=True).images[:16]
+    augment = TwoViewAugment("digits")
+    params, (draws,) = view_draws(augment, images, torch.Generator().manual_seed(0), 1)
+    whole = augment_view(images, params, draws)
+    torch.testing.assert_close(whole, augment.view(images, torch.Generator().manual_seed(0)), rtol=0, atol=0)  # the same stream
+    for part in (slice(0, 8), slice(8, 16)):  # two processes, each with half of the global batch
+        torch.testing.assert_close(augment_view(images[part], params, draws[part]), whole[part], rtol=0, atol=0)
+
+
+# ---------------------------------------------------------------- zero host syncs per step
+
+def _setup(negatives: str, loss: str):
+    config = PretrainConfig(negatives=negatives, loss=loss, tau=0.2, alpha=0.1, device="cpu", **TINY)
+    data = load_dataset("digits", train=True)
+    model = build_model(config, 1, torch.device("cpu"))
+    optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
+    bank = MemoryBank(len(data), config.out_dim, generator=torch.Generator().manual_seed(1)) if negatives == "bank" else None
+    return config, data, model, optimizer, bank, config.loss_params(negatives_seen(config, len(data)))
+
+
+@pytest.mark.parametrize("negatives, loss", [("bank", "contrastive"), ("bank", "hard_contrastive"),
+                                             ("batch", "contrastive"), ("batch", "nt_xent")])
+def test_a_training_step_reads_nothing_on_the_host(negatives, loss):
+    torch.set_num_threads(1)
+    config, data, model, optimizer, bank, params = _setup(negatives, loss)
+    augment, g = TwoViewAugment("digits"), torch.Generator().manual_seed(0)
+    order = torch.randperm(len(data), generator=g)
+    losses = []
+    for k in range(3):
+        with value_checks(False), count_host_syncs() as syncs:
+            idx = order[k * config.batch_size:(k + 1) * config.batch_size]
+            images = data.images[idx]
+            aug, draws = view_draws(augment, images, g, 1 if negatives == "bank" else 2)
+            losses.append(training_step(model, optimizer, bank, images, idx, aug, draws, config, params, g))
+        assert syncs.total == 0, (k, syncs)
+    assert all(l.ndim == 0 and not l.requires_grad for l in losses)
+    assert all(math.isfinite(l.item()) for l in losses)  # read here, after the steps
+
+
+def test_the_epoch_reads_the_loss_only_at_its_logging_points():
+    torch.set_num_threads(1)
+    config, data, model, optimizer, bank, params = _setup("bank", "contrastive")
+    from tqdm.auto import tqdm
+    steps = 7
+    for log_every, shown in ((2, 3), (100, 0)):
+        bar = tqdm(range(steps), disable=False, leave=False)
+        with count_host_syncs() as syncs:
+            total = train_mod._train_epoch(training_step, model, optimizer, bank, data, TwoViewAugment("digits"), config,
+                                           params, torch.Generator().manual_seed(0), 0, bar, log_every=log_every)
+        bar.close()
+        assert syncs.total == shown and set(syncs.ops) <= {"aten._local_scalar_dense"}, (log_every, syncs)  # steps 2, 4, 6
+        assert math.isfinite(total.item())
+    quiet = tqdm(range(steps), disable=True)
+    with count_host_syncs() as syncs:
+        train_mod._train_epoch(training_step, model, optimizer, bank, data, TwoViewAugment("digits"), config, params,
+                               torch.Generator().manual_seed(0), 0, quiet, log_every=1)
+    assert syncs.total == 0, syncs
+
+
+# ---------------------------------------------------------------- resume across devices
+
+def test_the_device_is_not_part_of_a_run(tmp_path):
+    cfg = PretrainConfig(epochs=2, device="cpu", **TINY)
+    pretrain(cfg, tmp_path, quiet=True, until_epoch=1)
+    for device in ("cuda", "cuda:1", "auto"):  # a checkpoint written on one device loads for another
+        assert load_checkpoint(tmp_path / "checkpoint.pt", dataclasses.replace(cfg, device=device))["epoch"] == 1
+    assert load_checkpoint(tmp_path / "checkpoint.pt", dataclasses.replace(cfg, compile="step"))["epoch"] == 1
+    assert run_identity(cfg) == run_identity(dataclasses.replace(cfg, device="cuda:1", compile=True))
+    with pytest.raises(CheckpointError, match="another configuration"):
+        load_checkpoint(tmp_path / "checkpoint.pt", dataclasses.replace(cfg, tau=0.3))
+
+
+def test_a_checkpoint_from_another_device_type_resumes_with_a_reseeded_stream(tmp_path):
+    torch.set_num_threads(1)
+    cfg = PretrainConfig(epochs=3, device="cpu", eval_every=3, **TINY)
+    pretrain(cfg, tmp_path / "whole", quiet=True)
+    pretrain(cfg, tmp_path / "cpu", quiet=True, until_epoch=1)
+    state = load_checkpoint(tmp_path / "cpu" / "checkpoint.pt")
+    assert state["generator"].numel() == 5056  # a CPU generator's state; a CUDA one's is 16 bytes (seed and offset)
+    cuda_state = torch.tensor([7] * 8 + [0] * 8, dtype=torch.uint8)
+    cuda_ckpt = {**{k: v for k, v in state.items() if k != "format"}, "generator": cuda_state,
+                 "config": dataclasses.replace(cfg, device="cuda").to_dict()}
+    for name in ("from-cuda", "from-cuda-again"):
+        (tmp_path / name).mkdir()
+        save_checkpoint(tmp_path / name / "checkpoint.pt", cuda_ckpt)
+        pretrain(cfg, tmp_path / name, quiet=True)  # written on CUDA, resumed on the CPU
+    runs = {name: load_checkpoint(tmp_path / name / "checkpoint.pt") for name in ("whole", "from-cuda", "from-cuda-again")}
+    history = runs["from-cuda"]["history"]
+    assert [r.get("generator_reseeded") for r in history] == [None, "cuda → cpu", None]  # said where the stream changed
+    assert all(math.isfinite(r["loss"]) for r in history) and "knn_accuracy" in history[-1]
+    # a valid continuation, not the uninterrupted run: the first epoch is the same, the next ones drew other numbers ...
+    strip = lambda h: [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in h]
+    assert strip(history)[0] == strip(runs["whole"]["history"])[0] and history[1]["loss"] != runs["whole"]["history"][1]["loss"]
+    # ... and a deterministic one: resuming the same checkpoint again gives the same run
+    assert strip(runs["from-cuda-again"]["history"]) == strip(history)
+    for key, w in runs["from-cuda"]["model"].items(): assert torch.equal(runs["from-cuda-again"]["model"][key], w), key
+    assert runs["from-cuda"]["config"]["device"] == "cpu"  # the checkpoint now says where it was last written
+
+
+# ---------------------------------------------------------------- measuring less: the monitor's subset
+
+def test_the_monitor_subset_is_fixed_and_leaves_training_alone(tmp_path):
+    cfg = PretrainConfig(epochs=1, device="cpu", **TINY)
+    assert monitor_rows(cfg, 1438) is None
+    sub = dataclasses.replace(cfg, monitor_images=300)
+    rows = monitor_rows(sub, 1438)
+    assert len(rows) == 300 and len(set(rows.tolist())) == 300 and torch.equal(rows, rows.sort().values)
+    assert torch.equal(rows, monitor_rows(sub, 1438)) and monitor_rows(dataclasses.replace(sub, monitor_images=5000), 1438) is None
+    full, part = pretrain(cfg, tmp_path / "all", quiet=True), pretrain(sub, tmp_path / "sub", quiet=True)
+    assert full["loss"] == part["loss"] and full["uniformity"] == part["uniformity"]  # the test split is measured in full
+    assert full["knn_accuracy"] != part["knn_accuracy"] and 0.3 < part["knn_accuracy"] <= 1
+    with pytest.raises(ValueError, match="monitor_images must be an integer >= 2"): PretrainConfig(monitor_images=0)
+
+
+def test_compile_settings_and_old_configurations():
+    assert PretrainConfig(compile="encoder").compile is True and PretrainConfig(compile="step").compile == "step"
+    assert PretrainConfig(compile="encoder") == PretrainConfig(compile=True)
+    with pytest.raises(ValueError, match="compile must be False, True \\(or 'encoder'\\), or 'step'"): PretrainConfig(compile="graph")
+    with pytest.raises(ValueError, match="compile must be"): PretrainConfig(compile=1)
+    old = PretrainConfig().to_dict()
+    del old["monitor_images"]  # a configuration written before the field existed loads with its default
+    assert PretrainConfig.from_dict(old) == PretrainConfig()
+
+
+# ---------------------------------------------------------------- the whole step compiled
+
+COMPILE_TESTS = "CTL_EXPLORE_COMPILE_TESTS"
+
+
+@pytest.mark.skipif(os.environ.get(COMPILE_TESTS) != "1", reason=f"torch.compile of the whole step takes about 90 s on a "
+                    f"2-core CPU (inductor builds C++ kernels); set {COMPILE_TESTS}=1 to run it")
+def test_the_compiled_step_computes_the_eager_steps():
+    torch.set_num_threads(1)
+    losses = {}
+    for name, step in (("eager", training_step), ("step", torch.compile(training_step))):
+        config, data, model, optimizer, bank, params = _setup("bank", "contrastive")
+        augment, g = TwoViewAugment("digits"), torch.Generator().manual_seed(0)
+        with value_checks(False):
+            losses[name] = []
+            for k in range(3):
+                idx = torch.arange(k * config.batch_size, (k + 1) * config.batch_size)
+                aug, draws = view_draws(augment, data.images[idx], g, 1)
+                losses[name].append(step(model, optimizer, bank, data.images[idx], idx, aug, draws, config, params, g))
+        losses[name] = torch.stack(losses[name])
+        if name == "step": torch._dynamo.reset()
+    # the same three steps (each one's loss depends on the previous updates), up to the rounding of fused kernels
+    torch.testing.assert_close(losses["step"], losses["eager"], rtol=1e-5, atol=1e-5)
+    assert len(set(losses["eager"].tolist())) == 3
