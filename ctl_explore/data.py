@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import hashlib, math, os
+from functools import lru_cache
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -18,7 +19,7 @@ from fastcore.basics import patch
 from torch import Tensor
 from tqdm import tqdm
 
-from .checks import check_interval, check_probability
+from .checks import check_interval, check_probability, checking_values
 
 # %% auto #0
 __all__ = ['IMAGENET100_CLASSES', 'EVAL_CROP_FRACTION', 'DATASETS', 'FULL_IMAGE_SIZE', 'NORMALIZATION', 'ImageData',
@@ -457,7 +458,7 @@ def _uniform(shape: tuple, generator: torch.Generator | None) -> Tensor:
 
 def _check_sides(name: str, v, n: int) -> None:
     if isinstance(v, Tensor):
-        if v.shape != (n,) or v.is_floating_point() or v.dtype == torch.bool or int(v.min()) < 1:
+        if v.shape != (n,) or v.is_floating_point() or v.dtype == torch.bool or (checking_values() and int(v.min()) < 1):
             raise ValueError(f"{name} must be an integer >= 1, or an integer tensor of shape [{n}] (one per image) with values >= 1, "
                              f"got {v.dtype} {tuple(v.shape)}")
     elif isinstance(v, bool) or not isinstance(v, int) or v < 1: raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
@@ -476,8 +477,9 @@ def sample_crop_boxes(
     check_interval("scale", scale, 1e-6, 1.0); check_interval("ratio", ratio, 1e-6, math.inf)
     u = _uniform((n, tries, 2), generator)
     v = _uniform((n, 2), generator)
-    H = torch.as_tensor(height, dtype=torch.float32, device=u.device).reshape(-1, 1)  # [1, 1], or [n, 1] per image
-    W = torch.as_tensor(width, dtype=torch.float32, device=u.device).reshape(-1, 1)
+    side = lambda s: (s.to(u.device, torch.float32).reshape(-1, 1) if isinstance(s, Tensor)  # [n, 1] per image, or
+                      else torch.full((1, 1), float(s), device=u.device))                  # [1, 1] made on the device
+    H, W = side(height), side(width)
     area = H * W * (scale[0] + (scale[1] - scale[0]) * u[..., 0])
     log_lo, log_hi = math.log(ratio[0]), math.log(ratio[1])
     aspect = torch.exp(log_lo + (log_hi - log_lo) * u[..., 1])
@@ -574,7 +576,7 @@ def hue_shift(x: Tensor, hue: Tensor) -> Tensor:
     sixths = sixths.lerp_(torch.add(b - r, spread, alpha=2), (g == top).to(x.dtype))  # green largest
     sixths = sixths.lerp_(g - b, (r == top).to(x.dtype))                            # red largest
     sixths = sixths.div_(spread.clamp_min(1e-12)).add_((6 * hue.to(x.device, x.dtype)).view(-1, 1, 1, 1))
-    phase = torch.tensor([5.0, 3.0, 1.0], device=x.device, dtype=x.dtype).view(1, 3, 1, 1)
+    phase = torch.arange(5.0, 0.0, -2.0, device=x.device, dtype=x.dtype).view(1, 3, 1, 1)  # 5, 3, 1: made on the device
     k = sixths + phase                                                              # [N, 3, H, W]
     k = k.sub_(torch.floor(k / 6).mul_(6))                                          # mod 6
     return torch.addcmul(top, spread, torch.minimum(k, 4 - k).clamp_(0, 1), value=-1)
@@ -727,6 +729,11 @@ def sample_view(params: AugmentParams, n: int, height: int | Tensor, width: int 
         blur_sigma=(u[:, 8] < params.blur_p).to(u.dtype) * size * (lo + (hi - lo) * u[:, 9]))
 
 # %% ../nbs/04_data.ipynb #62df8ba5
+@lru_cache(maxsize=64)
+def _per_channel(values: tuple, device: torch.device, dtype: torch.dtype = torch.float32) -> Tensor:
+    "`values` as a [1, C, 1, 1] tensor on `device`, made once per (values, device, dtype): no host-to-device copy per batch. Never modify it."
+    return torch.tensor(values, dtype=dtype).view(1, len(values), 1, 1).to(device)
+
 def _blur_kernel_size(params: AugmentParams, size: int) -> int:
     "An odd kernel covering ±3σ of the largest σ, but no wider than the image allows for reflected borders."
     radius = min(math.ceil(3 * params.blur_sigma[1] * size), size - 1)
@@ -749,8 +756,8 @@ def augment_view(
     size = params.size or height
     chunk = chunk_size or (max(1, 2**17 // (size * size)) if device.type == "cpu" else n)
     draws = draws.to(device)
-    inv_std = 1 / torch.tensor(params.std, device=device).view(1, c, 1, 1)
-    shift = -torch.tensor(params.mean, device=device).view(1, c, 1, 1) * inv_std
+    inv_std = 1 / _per_channel(params.std, device)
+    shift = -_per_channel(params.mean, device) * inv_std
     jitter = params.jitter_p > 0
     kernel = _blur_kernel_size(params, size)
     # brightness and the scaling from 0..255 to [0, 1] are one multiplication (the crop is linear, so it can go first)
@@ -814,4 +821,4 @@ def to_float(
     if mean is None: return x
     c = images.shape[1]
     if len(mean) != c or len(std) != c: raise ValueError(f"mean and std must have {c} entries, one per channel")
-    return x.sub_(torch.tensor(mean, device=x.device, dtype=dtype).view(1, c, 1, 1)).div_(torch.tensor(std, device=x.device, dtype=dtype).view(1, c, 1, 1))
+    return x.sub_(_per_channel(tuple(mean), x.device, dtype)).div_(_per_channel(tuple(std), x.device, dtype))

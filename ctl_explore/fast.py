@@ -15,7 +15,7 @@ from .losses import n_informative, reduce_loss
 from .selection import can_select_fast, compact_top_k
 
 # %% auto #0
-__all__ = ['fast_bank_contrastive_loss']
+__all__ = ['similarity_dtype', 'fast_bank_contrastive_loss']
 
 # %% ../nbs/14_under_the_hood.ipynb #0b633438
 def _softmax_(x: Tensor) -> Tensor:
@@ -23,10 +23,16 @@ def _softmax_(x: Tensor) -> Tensor:
     if x.device.type != "cpu": return torch.softmax(x, dim=1)
     return torch.ops.aten._softmax.out(x, 1, False, out=x)
 
+def similarity_dtype(bank: Tensor) -> torch.dtype:
+    "The dtype of the similarities with `bank`: the bank's own on the CPU (a bfloat16 bank there: faster products), else float32 at least."
+    if bank.device.type == "cpu" or bank.dtype in (torch.float32, torch.float64): return bank.dtype
+    return torch.float32  # a GPU gains nothing from bfloat16 products of this size, and the rounding costs gradient accuracy
+
 def _bank_softmax(q: Tensor, bank: Tensor, idx: Tensor, tau: float, k: int | None) -> tuple[Tensor, Tensor | None, Tensor]:
     """Each query's softmax P over its logits and its loss [B]. P is [B, N] over the bank's rows (`cols` None), or, for
     Eq 9 with the compiled selection, [B, C] over the kept rows `cols` [B, C] only (own row first; lesson 13's compact form)."""
-    sims = q.to(bank.dtype) @ bank.T   # [B, N], the own row included
+    dtype = similarity_dtype(bank)
+    sims = q.to(dtype) @ bank.to(dtype).T  # [B, N], the own row included
     if sims.dtype not in (torch.float32, torch.float64): sims = sims.float()  # the softmax in float32 at least
     own = idx.unsqueeze(1)
     pos = sims.gather(1, own)          # s_ii
@@ -48,7 +54,8 @@ class _BankNLL(torch.autograd.Function):
     "Per query, Eq 1 (or Eq 9 keeping each query's k nearest negatives) against a bank; the own row is the positive."
     @staticmethod
     def forward(ctx, q: Tensor, bank: Tensor, idx: Tensor, tau: float, k: int | None) -> Tensor:
-        probs, cols, loss = _bank_softmax(q, bank, idx, tau, k)
+        with torch.autocast(q.device.type, enabled=False):  # the products in the dtypes chosen here, also inside autocast
+            probs, cols, loss = _bank_softmax(q, bank, idx, tau, k)
         ctx.probs, ctx.cols, ctx.tau, ctx.k = probs, cols, tau, k
         ctx.save_for_backward(q, bank, idx)
         return loss.to(q.dtype)
@@ -56,7 +63,12 @@ class _BankNLL(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad: Tensor):
+        with torch.autocast(grad.device.type, enabled=False): return _BankNLL._backward(ctx, grad)
+
+    @staticmethod
+    def _backward(ctx, grad: Tensor):
         q, bank, idx = ctx.saved_tensors
+        dtype = similarity_dtype(bank)     # the products in the forward pass's dtype; the bank's gradient in the bank's
         d, cols = ctx.probs, ctx.cols      # P_ij
         ctx.probs = None                   # the first backward pass works in place on the forward's buffer;
         if d is None: d, cols, _ = _bank_softmax(q, bank, idx, ctx.tau, ctx.k)  # a second one recomputes it
@@ -65,14 +77,14 @@ class _BankNLL(torch.autograd.Function):
         scale = (grad.to(d.dtype) / ctx.tau).unsqueeze(1)
         grad_q = grad_bank = None
         if cols is None:                   # dense: one product with the whole bank
-            if ctx.needs_input_grad[0]: grad_q = ((d.to(bank.dtype) @ bank).to(d.dtype) * scale).to(q.dtype)
+            if ctx.needs_input_grad[0]: grad_q = ((d.to(dtype) @ bank.to(dtype)).to(d.dtype) * scale).to(q.dtype)
             if ctx.needs_input_grad[1]: d.mul_(scale)
         else:                              # compact: each query's gradient sums only its kept rows of the bank
             d.mul_(scale)
             if ctx.needs_input_grad[0]:
-                grad_q = F.embedding_bag(cols, bank, per_sample_weights=d.to(bank.dtype), mode="sum").to(q.dtype)
+                grad_q = F.embedding_bag(cols, bank.to(dtype), per_sample_weights=d.to(dtype), mode="sum").to(q.dtype)
             if ctx.needs_input_grad[1]: d = d.new_zeros(len(idx), bank.shape[0]).scatter_add_(1, cols, d)
-        if ctx.needs_input_grad[1]: grad_bank = d.T.to(bank.dtype) @ q.to(bank.dtype)
+        if ctx.needs_input_grad[1]: grad_bank = (d.T.to(dtype) @ q.to(dtype)).to(bank.dtype)
         return grad_q, grad_bank, None, None, None
 
 def fast_bank_contrastive_loss(
@@ -86,6 +98,8 @@ def fast_bank_contrastive_loss(
     "Lesson 06's `bank_contrastive_loss` (the same numbers) in one buffer, with Eq 4 as its backward pass."
     tau = check_positive("tau", tau)
     idx = check_bank_inputs(q, bank, idx)
+    if torch.is_autocast_enabled(q.device.type) and q.dtype not in (torch.float32, torch.float64):
+        q = q.float()  # autocast's bfloat16 embeddings: the loss in float32, as outside autocast (see the appendix)
     k = None
     if alpha is not None:
         k = n_informative(bank.shape[0] - 1, alpha)

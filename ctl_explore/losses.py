@@ -18,7 +18,7 @@ from .checks import (check_choice, check_embeddings, check_in_range, check_nonne
 # %% auto #0
 __all__ = ['REDUCTIONS', 'LOSS_PARAMS', 'LOSS_NAMES', 'contrastive_loss', 'reduce_loss', 'simple_loss', 'triplet_limit_loss',
            'simple_limit_loss', 'n_informative', 'informative_mask', 'hard_contrastive_loss', 'hard_simple_loss',
-           'check_loss_params', 'apply_loss', 'pair_similarities']
+           'check_loss_params', 'apply_loss', 'dot_products', 'pair_similarities']
 
 # %% ../nbs/00_losses.ipynb #e7c96f66
 def contrastive_loss(
@@ -174,9 +174,31 @@ def apply_loss(
 def _pair_negative_index(batch: int, device: torch.device) -> Tensor:
     "[2B, 2B-2]: the columns of each view's negatives in the [2B, 2B] similarity matrix, made once per batch size."
     n = 2 * batch
-    rows, cols = torch.arange(n, device=device)[:, None], torch.arange(n, device=device)[None, :]
-    negatives = (cols != rows) & (cols != (rows + batch) % n)  # [2B, 2B], 2B - 2 True per row, in column order
-    return cols.expand(n, n)[negatives].view(n, n - 2)
+    rows, j = torch.arange(n, device=device)[:, None], torch.arange(n - 2, device=device)[None, :]
+    skip_1, skip_2 = torch.minimum(rows, (rows + batch) % n), torch.maximum(rows, (rows + batch) % n)  # own and positive column
+    return j + (j >= skip_1) + (j + 1 >= skip_2)  # the j-th column that is neither, in column order
+
+class _Float32Dot(torch.autograd.Function):
+    "a @ b.T with autocast off in both passes (a backward pass run inside autocast would otherwise multiply in bfloat16)."
+    @staticmethod
+    def forward(ctx, a: Tensor, b: Tensor) -> Tensor:
+        ctx.save_for_backward(a, b)
+        with torch.autocast(a.device.type, enabled=False): return a @ b.T
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        a, b = ctx.saved_tensors
+        with torch.autocast(grad.device.type, enabled=False):
+            return grad @ b if ctx.needs_input_grad[0] else None, grad.T @ a if ctx.needs_input_grad[1] else None
+
+def dot_products(
+    a: Tensor, # [n, d]
+    b: Tensor, # [m, d]
+) -> Tensor:
+    "`a @ b.T` [n, m]; inside a `torch.autocast` block still in float32 (float64 stays), forward and backward, where autocast would round to bfloat16."
+    if not torch.is_autocast_enabled(a.device.type): return a @ b.T
+    up = lambda t: t if t.dtype == torch.float64 else t.float()  # lesson 14's appendix: why the losses never run in bfloat16
+    return _Float32Dot.apply(up(a), up(b))
 
 def pair_similarities(
     z1: Tensor, # [B, d] embeddings of the first view (L2-normalise them for cosine similarities)
@@ -190,6 +212,6 @@ def pair_similarities(
     batch = z1.shape[0]
     if batch < 2: raise ValueError(f"z1 and z2 need at least 2 samples so that each view has a negative, got B={batch}")
     z = torch.cat([z1, z2])  # [2B, d]: the first views, then the second views
-    sim = z @ z.T            # [2B, 2B]
+    sim = dot_products(z, z) # [2B, 2B]: z @ z.T
     pos = torch.cat([sim.diagonal(batch), sim.diagonal(-batch)])  # row r's positive: column r + B, or r - B
     return pos, sim.gather(1, _pair_negative_index(batch, sim.device))

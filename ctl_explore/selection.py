@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .checks import check_index_tensor, check_int, check_positive
+from .checks import check_index_tensor, check_int, check_positive, checking_values
 
 _KERNELS: dict = {}         # name -> (plain Python function, numba options) of every kernel below
 _NUMBA: bool | None = None  # whether numba compiled the kernels; None until `numba_kernels()` first runs
@@ -262,7 +262,8 @@ def _prepare(x, k, tau, own):
     k = check_int("k", k, 1, n - (own is not None), "the values per row" + (" besides the own column" if own is not None else ""))
     tau = check_positive("tau", tau)
     lo, hi = x.amin(dim=1), x.amax(dim=1)  # with the own column: harmless, the bins only get a little wider
-    if x.numel() and not (torch.isfinite(lo).all() and torch.isfinite(hi).all()): raise ValueError("x must be finite")
+    if x.numel() and checking_values() and not (torch.isfinite(lo).all() and torch.isfinite(hi).all()):
+        raise ValueError("x must be finite")
     own = own if own is not None else torch.full((x.shape[0],), -1)
     xs = x.numpy()
     return xs, own.numpy(), lo.numpy(), hi.numpy(), xs.dtype.type(tau)
@@ -282,9 +283,9 @@ def mask_below_kth_(
 ) -> Tensor:
     "In place: x[r, j] = -inf below row r's k-th largest value, else x[r, j] / tau. Returns the k-th largest values [B, 1]."
     xs, own, lo, hi, tau = _prepare(x, k, tau, own)
-    out = np.empty(len(xs), xs.dtype)
-    _run_rows(xs, own, lo, hi, k, tau, out, np.empty((len(xs), 0), xs.dtype), np.empty((len(xs), 0), np.int64))
-    return torch.from_numpy(out)[:, None]
+    out = torch.empty(len(xs), dtype=x.dtype)  # the kernels write into tensors' memory: nothing to copy back
+    _run_rows(xs, own, lo, hi, k, tau, out.numpy(), np.empty((len(xs), 0), xs.dtype), np.empty((len(xs), 0), np.int64))
+    return out[:, None]
 
 def compact_top_k(
     x: Tensor,                 # [B, N] float32/float64 CPU similarities (left unchanged)
@@ -297,7 +298,7 @@ def compact_top_k(
     xs, own, lo, hi, tau = _prepare(x, k, tau, own)
     width = k + (own[0] >= 0 if len(own) else 0) + 1 + max(int(slack), 0)
     while True:
-        vals, cols = np.empty((len(xs), width), xs.dtype), np.empty((len(xs), width), np.int64)
-        _, widest = _run_rows(xs, own, lo, hi, k, tau, np.empty(len(xs), xs.dtype), vals, cols)
-        if widest <= width: return torch.from_numpy(vals), torch.from_numpy(cols)
+        vals, cols = torch.empty(len(xs), width, dtype=x.dtype), torch.empty(len(xs), width, dtype=torch.int64)
+        _, widest = _run_rows(xs, own, lo, hi, k, tau, np.empty(len(xs), xs.dtype), vals.numpy(), cols.numpy())
+        if widest <= width: return vals, cols
         width = widest  # more ties than the slack allowed: once more, wide enough

@@ -676,3 +676,31 @@ def test_full_image_bad_arguments(imagenet_full, call, message):
 def test_full_image_index_out_of_range(imagenet_full):
     with pytest.raises(IndexError, match="index 10 is out of range for 10 image files"):
         _full(imagenet_full).images[[0, 10]]
+
+
+# --- the augmentation reads no value and copies nothing from the host once its constants are made (issue 16) ---
+from ctl_explore.checks import count_host_syncs, value_checks
+
+
+@pytest.mark.parametrize("preset", ["digits", "cifar10", "imagenet100"])
+def test_augmentation_makes_no_host_sync(preset):
+    channels = 1 if preset == "digits" else 3
+    images = torch.randint(0, 256, (6, channels, 20, 20), dtype=torch.uint8)
+    aug = TwoViewAugment(preset, size=12)
+    aug(images, torch.Generator().manual_seed(0))  # the first call makes the per-channel constants, once
+    with value_checks(False), count_host_syncs() as off:
+        v1, v2 = aug(images, torch.Generator().manual_seed(1))
+        params = aug.params
+        augment_view(images, params, sample_view(params, 6, 20, 20, torch.Generator().manual_seed(2)))
+    assert off.total == 0, off.ops
+    assert v1.shape == v2.shape == (6, channels, 12, 12)
+
+
+def test_augmentation_constants_are_made_once_per_device():
+    images = torch.randint(0, 256, (3, 3, 10, 10), dtype=torch.uint8)
+    params = replace(augment_params("cifar10"), mean=(0.1, 0.2, 0.3), std=(0.3, 0.2, 0.1))  # values no other test uses
+    with count_host_syncs() as first:
+        augment_view(images, params, sample_view(params, 3, 10, 10, torch.Generator().manual_seed(0)))
+    with count_host_syncs() as second:
+        augment_view(images, params, sample_view(params, 3, 10, 10, torch.Generator().manual_seed(0)))
+    assert first.ops["aten.lift_fresh"] == 2 and second.total == 0

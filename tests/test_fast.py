@@ -111,3 +111,63 @@ def test_the_course_modules_and_training_import_without_numba():
             "later = sorted(m for m in sys.modules if m.startswith('ctl_explore.') and m not in ('ctl_explore.losses', 'ctl_explore.checks'))\n"
             "assert not later, later\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# --- the similarities' dtype, autocast, and no host sync (issue 16) ---
+from ctl_explore.checks import count_host_syncs, value_checks
+from ctl_explore.fast import similarity_dtype
+
+
+def test_similarity_dtype_rule():
+    for device in ("cpu", "meta"):  # "meta" stands for any non-CPU device: the rule only looks at the device type
+        for dtype in (torch.float32, torch.float64):
+            assert similarity_dtype(torch.empty(2, 2, device=device, dtype=dtype)) == dtype
+    assert similarity_dtype(torch.empty(2, 2, dtype=torch.bfloat16)) == torch.bfloat16            # CPU: the faster products
+    assert similarity_dtype(torch.empty(2, 2, device="meta", dtype=torch.bfloat16)) == torch.float32  # GPU: float32
+    assert similarity_dtype(torch.empty(2, 2, device="meta", dtype=torch.float16)) == torch.float32
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+@pytest.mark.parametrize("bank_dtype", [torch.float32, torch.bfloat16])
+def test_fast_bank_loss_inside_autocast_equals_outside(monkeypatch, compiled, bank_dtype):
+    if not compiled: monkeypatch.setattr(fast_module, "can_select_fast", lambda x: False)
+    gen = torch.Generator().manual_seed(5)
+    bank = F.normalize(torch.randn(400, 16, generator=gen), dim=1).to(bank_dtype)
+    q0 = F.normalize(torch.randn(8, 16, generator=gen), dim=1)
+    idx = torch.randperm(400, generator=gen)[:8]
+    for alpha in (None, 0.1):
+        out = []
+        for autocast in (False, True):
+            q = q0.clone().requires_grad_()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                loss = fast_bank_contrastive_loss(q, bank, idx, 0.05, alpha)
+                loss.backward()
+            out.append((loss.detach(), q.grad))
+        assert out[1][0].dtype == torch.float32
+        assert torch.equal(out[1][0], out[0][0]) and torch.equal(out[1][1], out[0][1])
+
+
+def test_fast_bank_loss_takes_autocasts_bf16_queries_in_float32():
+    gen = torch.Generator().manual_seed(6)
+    bank = F.normalize(torch.randn(100, 8, generator=gen), dim=1)
+    q = F.normalize(torch.randn(4, 8, generator=gen), dim=1).bfloat16().requires_grad_()
+    idx = torch.tensor([1, 5, 9, 13])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = fast_bank_contrastive_loss(q, bank, idx, 0.1)
+    assert loss.dtype == torch.float32
+    assert_close(loss, bank_contrastive_loss(q.detach().float(), bank, idx, 0.1), rtol=1e-6, atol=1e-6)
+    loss.backward()
+    assert q.grad.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_fast_bank_loss_reads_no_value_when_checks_are_off(monkeypatch, compiled):
+    if not compiled: monkeypatch.setattr(fast_module, "can_select_fast", lambda x: False)
+    gen = torch.Generator().manual_seed(7)
+    bank = F.normalize(torch.randn(500, 16, generator=gen), dim=1)
+    q = F.normalize(torch.randn(8, 16, generator=gen), dim=1).requires_grad_()
+    idx = torch.randperm(500, generator=gen)[:8]
+    for alpha in (None, 0.05):
+        with value_checks(False), count_host_syncs() as off:
+            fast_bank_contrastive_loss(q, bank, idx, 0.07, alpha).backward()
+        assert off.total == 0, off.ops

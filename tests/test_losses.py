@@ -604,3 +604,47 @@ def test_hard_contrastive_gradient_matches_autograd_of_kept_negatives():
     assert (n.grad[~keep] == 0).all()
 
 
+
+
+# --- no host sync with the value checks off, and float32 inside autocast (issue 16) ---
+from ctl_explore.checks import count_host_syncs, value_checks
+from ctl_explore.losses import _pair_negative_index, dot_products, pair_similarities
+
+
+@pytest.mark.parametrize("batch", [2, 3, 5, 16])
+def test_pair_negative_index_lists_every_other_column_but_the_positive(batch):
+    n = 2 * batch
+    want = torch.tensor([[c for c in range(n) if c not in (r, (r + batch) % n)] for r in range(n)])
+    assert torch.equal(_pair_negative_index.__wrapped__(batch, torch.device("cpu")), want)
+
+
+@pytest.mark.parametrize("name", LOSS_NAMES)
+def test_pair_losses_read_no_value_when_checks_are_off(name):
+    gen = torch.Generator().manual_seed(0)
+    z1, z2 = [F.normalize(torch.randn(5, 4, generator=gen), dim=1).requires_grad_() for _ in range(2)]
+    params = {p: {"tau": 0.2, "alpha": 0.4, "lam": 0.5}[p] for p in LOSS_PARAMS[name]}
+    _pair_negative_index.cache_clear()  # the index is built on the device too, without a read
+    with value_checks(False), count_host_syncs() as off:
+        apply_loss(name, *pair_similarities(z1, z2), reduction="sum", **params).backward()
+    assert off.total == 0, off.ops
+    with count_host_syncs() as on:
+        apply_loss(name, *pair_similarities(z1, z2), **params)
+    assert on.total > 0  # the default keeps the finite checks
+
+
+def test_dot_products_in_float32_inside_autocast_both_passes():
+    gen = torch.Generator().manual_seed(1)
+    a, b = torch.randn(6, 32, generator=gen), torch.randn(7, 32, generator=gen)
+    w = torch.randn(6, 7, generator=gen)
+    out = []
+    for autocast in (False, True):
+        x, y = a.clone().requires_grad_(), b.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            d = dot_products(x, y)
+            (d * w).sum().backward()
+        out.append((d.detach(), x.grad, y.grad))
+    assert out[1][0].dtype == torch.float32
+    for got, want in zip(out[1], out[0]): assert torch.equal(got, want)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert (a @ b.T).dtype == torch.bfloat16 and dot_products(a.double(), b.double()).dtype == torch.float64
+    assert dot_products(a.bfloat16(), b.bfloat16()).dtype == torch.bfloat16  # outside autocast: the inputs' dtype, as @

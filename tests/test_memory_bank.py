@@ -250,3 +250,88 @@ def test_bank_loss_fast_and_plain_agree(name, params):
     (g_fast,) = torch.autograd.grad(fast, q)
     assert_close(fast, plain, rtol=1e-5, atol=1e-6)
     assert_close(g_fast, g_plain, rtol=1e-4, atol=1e-6)
+
+
+# --- a training step's loss and update with no host sync, and autocast-safe losses (issue 16) ---
+from ctl_explore.checks import count_host_syncs, value_checks
+from ctl_explore.losses import LOSS_NAMES, LOSS_PARAMS
+
+_PARAMS = {"tau": 0.1, "alpha": 0.3, "lam": 0.5}
+
+
+def _params(name):
+    return {p: _PARAMS[p] for p in LOSS_PARAMS[name]}
+
+
+def _bank_case(seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    bank = MemoryBank(300, 16, generator=gen)
+    q = F.normalize(torch.randn(8, 16, generator=gen), dim=1)
+    return bank, q, torch.randperm(300, generator=gen)[:8]
+
+
+@pytest.mark.parametrize("name", LOSS_NAMES)
+@pytest.mark.parametrize("fast", [True, False])
+def test_bank_loss_and_update_read_no_value_when_checks_are_off(name, fast):
+    bank, q, idx = _bank_case()
+    q.requires_grad_()
+    with count_host_syncs() as on:  # the default: the argument checks read values
+        bank.loss(q, idx, name, fast=fast, **_params(name))
+    assert on.total > 0
+    with value_checks(False), count_host_syncs() as off:
+        bank.loss(q, idx, name, fast=fast, **_params(name)).backward()
+        bank.update(idx, q)
+    assert off.total == 0, off.ops
+
+
+@pytest.mark.parametrize("name", LOSS_NAMES)
+def test_batch_loss_reads_no_value_when_checks_are_off(name):
+    gen = torch.Generator().manual_seed(1)
+    z1, z2 = [F.normalize(torch.randn(6, 8, generator=gen), dim=1).requires_grad_() for _ in range(2)]
+    with value_checks(False), count_host_syncs() as off:
+        batch_loss(z1, z2, name, **_params(name)).backward()
+    assert off.total == 0, off.ops
+
+
+def test_update_keeps_its_repeated_row_check_by_default_only():
+    bank, q, _ = _bank_case()
+    with pytest.raises(ValueError, match="must not repeat a row"):
+        bank.update(torch.tensor([1, 1, 2, 3, 4, 5, 6, 7]), q)
+    with value_checks(False):
+        bank.update(torch.tensor([1, 2, 3, 4, 5, 6, 7, 8]), q)  # runs, and reads nothing (above)
+
+
+def _value_and_grads(fn, *xs, autocast):
+    xs = [x.clone().requires_grad_() for x in xs]
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        loss = fn(*xs)
+        loss.backward()
+    return loss.detach(), [x.grad for x in xs]
+
+
+@pytest.mark.parametrize("name", LOSS_NAMES)
+def test_losses_compute_in_float32_inside_autocast(name):
+    bank, q, idx = _bank_case(2)
+    gen = torch.Generator().manual_seed(3)
+    z1, z2 = [F.normalize(torch.randn(8, 16, generator=gen), dim=1) for _ in range(2)]
+    cases = [(lambda a, fast=fast: bank.loss(a, idx, name, fast=fast, **_params(name)), (q,)) for fast in (True, False)]
+    cases.append((lambda a, b: batch_loss(a, b, name, **_params(name)), (z1, z2)))
+    for fn, xs in cases:
+        ref, ref_grads = _value_and_grads(fn, *xs, autocast=False)
+        got, grads = _value_and_grads(fn, *xs, autocast=True)
+        assert got.dtype == torch.float32
+        assert_close(got, ref, rtol=1e-6, atol=1e-7)
+        for g, r in zip(grads, ref_grads): assert_close(g, r, rtol=1e-6, atol=1e-7)
+
+
+def test_plain_bank_loss_computes_in_float32_inside_autocast():
+    bank, q, idx = _bank_case(4)
+    for alpha in (None, 0.2):
+        fn = lambda a: bank_contrastive_loss(a, bank.features, idx, 0.05, alpha)
+        (ref, (rg,)), (got, (g,)) = [_value_and_grads(fn, q, autocast=ac) for ac in (False, True)]
+        assert_close(got, ref, rtol=1e-6, atol=1e-7); assert_close(g, rg, rtol=1e-6, atol=1e-7)
+        # what the bf16 products would have cost: a visibly different gradient
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            a = q.clone().requires_grad_()
+            F.cross_entropy((a @ bank.features.T) / 0.05, idx).backward()
+        assert (a.grad - rg).abs().max() > 1e-4

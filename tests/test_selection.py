@@ -177,3 +177,18 @@ def test_bad_input_is_named():
     with pytest.raises(ValueError, match="tau must be a finite number > 0"): mask_below_kth_(x, 2, tau=float("inf"))
     with pytest.raises(ValueError, match="x must be finite"): mask_below_kth_(torch.tensor([[0.0, float("inf"), 1.0]]), 1)
     assert mask_below_kth_(torch.empty(0, 5), 2).shape == (0, 1)
+
+
+def test_selection_reads_no_value_when_checks_are_off():
+    from ctl_explore.checks import count_host_syncs, value_checks
+    gen = torch.Generator().manual_seed(11)
+    x = torch.randn(6, 3000, generator=gen)
+    own = torch.randint(0, 3000, (6,), generator=gen)
+    with value_checks(False), count_host_syncs() as off:
+        vals, cols = compact_top_k(x, 40, 0.1, own=own)
+        kth = mask_below_kth_(x.clone(), 40, 0.1, own=own)
+    assert off.total == 0, off.ops
+    assert vals.shape[0] == 6 and kth.shape == (6, 1)
+    bad = x.clone(); bad[2, 5] = float("nan")
+    with pytest.raises(ValueError, match="x must be finite"):
+        compact_top_k(bad, 40, 0.1, own=own)  # the default keeps the check
