@@ -17,12 +17,14 @@ from typing import Callable, Sequence
 import ipywidgets as widgets
 import plotly.graph_objects as go
 import torch
+import torch.nn as nn
+import torch.nn.functional as F
 from fastcore.basics import patch
 from plotly.subplots import make_subplots
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from .data import ImageData, TwoViewAugment, image_stats, load_dataset, to_float
+from .data import AugmentParams, ImageData, TwoViewAugment, image_stats, load_dataset, to_float
 from .linear_eval import LinearEvalConfig, linear_probe
 from .losses import contrastive_loss, pair_similarities
 from .checks import check_choice, check_int, check_interval, check_positive, check_probability
@@ -30,11 +32,14 @@ from .models import HEADS, Encoder, build_encoder
 from .study import Finding, direction_verdict
 
 # %% auto #0
-__all__ = ['EVAL_BITS', 'RANDBIT_KS', 'TAUS', 'RANDBIT_CONFIG', 'EXPERIMENTS', 'CLL20_RANDBIT_MNIST', 'TAU_COLORS', 'SCALES',
-           'MULTIDIGITS_CONFIG', 'twin_share', 'random_bits', 'append_bits', 'read_bits', 'RandBit', 'features',
-           'SuppressionConfig', 'new_encoder', 'train_contrastive', 'randbit_run', 'run_path', 'cached_result',
+__all__ = ['BIT_CODINGS', 'EVAL_BITS', 'SUPPRESSION_LOSSES', 'ARCHS', 'SCHEDULES', 'AUGMENTS', 'RANDBIT_KS', 'TAUS',
+           'RANDBIT_CONFIG', 'PROBE_MODES', 'EXPERIMENTS', 'CLL20_RANDBIT_MNIST', 'TAU_COLORS', 'SCALES',
+           'MULTIDIGITS_CONFIG', 'RANDBIT_MNIST_PAPER', 'PAPER_KS', 'twin_share', 'random_bits', 'append_bits',
+           'read_bits', 'RandBit', 'features', 'SuppressionConfig', 'convn_encoder', 'new_encoder',
+           'contrastive_objective', 'train_contrastive', 'randbit_augment', 'randbit_run', 'run_path', 'cached_result',
            'run_grid', 'randbit_figure', 'MultiDigits', 'make_multidigits', 'multidigits_run', 'multidigits_figure',
-           'accuracy_direction', 'at_chance', 'suppression_findings', 'SuppressionExplorer']
+           'accuracy_direction', 'at_chance', 'suppression_findings', 'zero_bit_confound', 'SuppressionExplorer',
+           'paper_table', 'randbit_mnist_paper']
 
 # %% ../nbs/12_feature_suppression.ipynb #6394e15b
 def twin_share(
@@ -55,33 +60,39 @@ def random_bits(
     check_int("n", n, 0); check_int("k", k, 0)
     return torch.randint(0, 2, (n, k), generator=torch.Generator().manual_seed(seed)).bool()
 
+BIT_CODINGS = ("pm1", "01")  # a set bit is +1 / an unset one −1 (this lesson's default), or 1 / 0 (the colab's)
+
 def append_bits(
-    x: Tensor,     # [N, C, H, W] float images (augmented and normalised)
-    bits: Tensor,  # [N, k] bool (each bit → ±1), or float values to fill the channels with (0 = no information)
+    x: Tensor,            # [N, C, H, W] float images (augmented and normalised)
+    bits: Tensor,         # [N, k] bool (coded by `coding`), or float values to fill the channels with
+    coding: str = "pm1",  # how bool bits become channel values: "pm1" (±1) or "01" (1 / 0, the colab's pack_extra_channels)
 ) -> Tensor:
     "The images with k constant channels appended, channel j filled with bit j: [N, C + k, H, W]."
+    check_choice("coding", coding, BIT_CODINGS)
     if not isinstance(x, Tensor) or not x.is_floating_point() or x.ndim != 4:
         raise ValueError(f"x must be a floating-point tensor [N, C, H, W], got {getattr(x, 'dtype', type(x).__name__)} {tuple(getattr(x, 'shape', ()))}")
     if not isinstance(bits, Tensor) or bits.ndim != 2 or len(bits) != len(x):
         raise ValueError(f"bits must be a tensor [N, k] with N = {len(x)}, got {tuple(getattr(bits, 'shape', ()))}")
-    values = bits.to(x.dtype) * 2 - 1 if bits.dtype == torch.bool else bits.to(x.dtype)
+    values = bits.to(x.dtype) if bits.dtype != torch.bool or coding == "01" else bits.to(x.dtype) * 2 - 1
     return torch.cat([x, values.to(x.device)[:, :, None, None].expand(-1, -1, *x.shape[-2:])], dim=1)
 
 def read_bits(
-    x: Tensor,  # [N, C + k, H, W] inputs made by append_bits from bool bits
-    k: int,     # how many of the last channels are bits
+    x: Tensor,            # [N, C + k, H, W] inputs made by append_bits from bool bits
+    k: int,               # how many of the last channels are bits
+    coding: str = "pm1",  # the coding append_bits used
 ) -> Tensor:
-    "The bits carried by the last k channels: bool [N, k]; a ValueError if those channels are not constant ±1."
-    check_int("k", k, 0)
+    "The bits carried by the last k channels: bool [N, k]; a ValueError if those channels are not constant maps of the coding's two values."
+    check_int("k", k, 0); check_choice("coding", coding, BIT_CODINGS)
     if k > x.shape[1]: raise ValueError(f"k must be at most the {x.shape[1]} channels of x, got {k}")
     channels = x[:, x.shape[1] - k:]
     corner = channels[:, :, :1, :1]
-    if not bool((channels == corner).all()) or not bool((corner.abs() == 1).all()):
-        raise ValueError("the last k channels of x are not constant ±1 maps: they do not carry bits")
-    return corner[:, :, 0, 0] > 0
+    low = -1.0 if coding == "pm1" else 0.0
+    if not bool((channels == corner).all()) or not bool(((corner == 1) | (corner == low)).all()):
+        raise ValueError(f"the last k channels of x are not constant {'±1' if coding == 'pm1' else '0/1'} maps: they do not carry bits")
+    return corner[:, :, 0, 0] > (0 if coding == "pm1" else 0.5)
 
 # %% ../nbs/12_feature_suppression.ipynb #13c0af47
-EVAL_BITS = ("zero", "own")
+EVAL_BITS = ("zero", "own", "shared", "random")
 
 class RandBit:
     "A dataset split whose images carry k random bits each in k extra channels, identical in both augmented views."
@@ -90,9 +101,10 @@ class RandBit:
                  k: int,                                # bits per image, >= 0
                  seed: int = 0,                         # seeds the codes
                  augment: TwoViewAugment | None = None, # default: the preset of data.name
+                 coding: str = "pm1",                   # channel values of the bits: "pm1" (±1) or "01" (the colab's 1 / 0)
                  ):
         if not isinstance(data, ImageData): raise ValueError(f"data must be an ImageData, got {type(data).__name__}")
-        self.data, self.k = data, check_int("k", k, 0)
+        self.data, self.k, self.coding = data, check_int("k", k, 0), check_choice("coding", coding, BIT_CODINGS)
         self.bits = random_bits(len(data), k, seed)
         self.augment = augment if augment is not None else TwoViewAugment(data.name)
 
@@ -108,14 +120,20 @@ class RandBit:
         "Two views [B, C + k, H, W] of the images idx [B]: image channels augmented independently, bit channels identical."
         v1, v2 = self.augment(self.data.images[idx], generator)
         bits = self.bits[idx.cpu()]
-        return append_bits(v1, bits), append_bits(v2, bits)
+        return append_bits(v1, bits, self.coding), append_bits(v2, bits, self.coding)
 
-    def inputs(self, bits: str = "zero") -> Tensor:
-        "Every image, normalised and not augmented, with its bit channels at 0 (`'zero'`) or holding its own bits (`'own'`)."
+    def inputs(self,
+               bits: str = "zero",  # "zero", "own", "shared" (one random code for every image) or "random" (a fresh code each)
+               seed: int = 12345,   # seeds the codes of "shared" and "random"
+               ) -> Tensor:
+        "Every image, normalised and not augmented, with its bit channels at 0, its own bits, one shared random code, or fresh random codes."
         if bits not in EVAL_BITS: raise ValueError(f"bits must be one of {EVAL_BITS}, got {bits!r}")
         p = self.augment.params
         x = to_float(self.data.images, p.mean, p.std)
-        return append_bits(x, self.bits if bits == "own" else torch.zeros(len(x), self.k))
+        if bits == "zero": return append_bits(x, torch.zeros(len(x), self.k))
+        codes = {"own": lambda: self.bits, "shared": lambda: random_bits(1, self.k, seed).expand(len(x), -1),
+                 "random": lambda: random_bits(len(x), self.k, seed)}[bits]()
+        return append_bits(x, codes, self.coding)
 
 # %% ../nbs/12_feature_suppression.ipynb #2558f70a
 @torch.no_grad()
@@ -132,40 +150,90 @@ def features(
     return out
 
 # %% ../nbs/12_feature_suppression.ipynb #15da1713
+SUPPRESSION_LOSSES = ("nt_xent", "cross_view")  # NT-Xent over the 2B views, or the colab's B×B cross-view NT-Xent
+ARCHS = ("convnet", "convn")                    # lesson 05's ConvNet, or the colab's ConvN
+SCHEDULES = ("constant", "linear")              # Adam's learning rate: constant, or decayed linearly to 0 (the colab's)
+AUGMENTS = ("preset", "crop")                   # the dataset's TwoViewAugment preset, or the colab's crop-and-resize only
+
 @dataclass(frozen=True)
 class SuppressionConfig:
-    "One pretraining run of this lesson and its linear probe."
+    "One pretraining run of this lesson and its linear probes."
     tau: float = 0.1                 # temperature of the contrastive loss
     epochs: int = 20
     batch_size: int = 128
     lr: float = 1e-3                 # Adam
-    width: int = 8                   # the ConvNet's base width (features: 4 × width)
+    width: int = 8                   # the ConvNet's base width (features: 4 × width); the ConvN's width multiplier
     out_dim: int = 64                # embedding size
     head: str = "mlp"                # projection head: "mlp" ([CLL20]) or "linear"
     crop_scale: tuple[float, float] = (0.5, 1.0)  # area fraction of the random crop (the digits preset's)
-    linear_epochs: int = 100         # epochs of the linear probe ([WL21]'s protocol, lesson 08)
+    linear_epochs: int = 100         # epochs of the post-hoc linear probes ([WL21]'s protocol, lesson 08)
     seed: int = 0
+    dataset: str = "digits"          # "digits" (embedded, the default everywhere) or "mnist" (torchvision's files)
+    loss: str = "nt_xent"            # one of SUPPRESSION_LOSSES
+    arch: str = "convnet"            # one of ARCHS
+    schedule: str = "constant"       # one of SCHEDULES
+    weight_decay: float = 0.0        # L2 penalty c·Σw² on the encoder's conv and dense kernels (the colab's 1e-4)
+    bit_coding: str = "pm1"          # one of BIT_CODINGS
+    augment: str = "preset"          # one of AUGMENTS
+    probe_lr: float | None = None    # the online probe's Adam learning rate (None: lr, as in the colab)
 
     def __post_init__(self):
         object.__setattr__(self, "crop_scale", tuple(self.crop_scale))
         check_positive("tau", self.tau); check_positive("lr", self.lr)
+        if self.probe_lr is not None: check_positive("probe_lr", self.probe_lr)
         # plain Python ints (not NumPy's), so that the key below writes as JSON
         for name, least in (("epochs", 1), ("width", 1), ("out_dim", 1), ("linear_epochs", 1), ("batch_size", 2), ("seed", 0)):
             object.__setattr__(self, name, check_int(name, getattr(self, name), least))
         check_choice("head", self.head, HEADS)
         check_interval("crop_scale", self.crop_scale, 1e-6, 1.0)
+        for name, allowed in (("dataset", ("digits", "mnist")), ("loss", SUPPRESSION_LOSSES), ("arch", ARCHS),
+                              ("schedule", SCHEDULES), ("bit_coding", BIT_CODINGS), ("augment", AUGMENTS)):
+            check_choice(name, getattr(self, name), allowed)
+        if not (isinstance(self.weight_decay, (int, float)) and math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise ValueError(f"weight_decay must be a finite number >= 0, got {self.weight_decay!r}")
 
     def key(self) -> str:
         "A short fingerprint of every field: runs with different settings never share a cached result."
         return hashlib.sha1(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:8]
 
 # %% ../nbs/12_feature_suppression.ipynb #da3591ab
-def new_encoder(in_channels: int, config: SuppressionConfig) -> Encoder:
+def convn_encoder(in_channels: int, width_multiplier: int = 1) -> Encoder:
+    "The colab's ConvN (randbits_mnist cell 6): three 3×3 stride-2 conv–BN–ReLU (32, 64, 64), dense–BN–ReLU 128; head 256 → 64."
+    w = width_multiplier
+    def conv(cin, cout): return [nn.Conv2d(cin, cout, 3, 2, bias=False), nn.BatchNorm2d(cout), nn.ReLU()]  # Keras 'valid' padding
+    backbone = nn.Sequential(*conv(in_channels, 32 * w), *conv(32 * w, 64 * w), *conv(64 * w, 64 * w), nn.Flatten(),
+                             nn.LazyLinear(128 * w, bias=False), nn.BatchNorm1d(128 * w), nn.ReLU())
+    backbone.feature_dim = 128 * w
+    model = Encoder(backbone, out_dim=64 * w, head="mlp", hidden_dim=256 * w)
+    model.head[3] = nn.Linear(256 * w, 64 * w, bias=False)  # the colab's last projection has no bias
+    return model
+
+def new_encoder(in_channels: int, config: SuppressionConfig, image_size: int = 16) -> Encoder:
     "The encoder of a run before its first step: the same weights for the same seed (also the random-init baseline)."
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
-        model = build_encoder("convnet", in_channels, config.out_dim, config.head, config.width)
+        if config.arch == "convnet":
+            model = build_encoder("convnet", in_channels, config.out_dim, config.head, config.width)
+        else:
+            model = convn_encoder(in_channels, config.width)
+            model.eval()(torch.zeros(2, in_channels, image_size, image_size))  # sizes the lazy dense layer
+            for m in model.modules():
+                if isinstance(m, (nn.Conv2d, nn.Linear)): nn.init.xavier_uniform_(m.weight)  # Keras's glorot_uniform
+                if isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d)): m.momentum, m.eps = 0.01, 1e-3  # Keras's 0.99 and 1e-3
+            model.train()
     return model.to(memory_format=torch.channels_last)  # about twice as fast on a CPU (lesson 07)
+
+def _kernels(model: Encoder) -> list[Tensor]:
+    "The conv and dense kernels (not the biases, not batch norm): what the colab's kernel_regularizer penalises."
+    return [m.weight for m in model.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+
+def contrastive_objective(z1: Tensor, z2: Tensor, tau: float, loss: str = "nt_xent") -> Tensor:
+    "NT-Xent over the 2B views (lesson 00), or the colab's cross-view NT-Xent: CE(z1·z2ᵀ/τ) + CE(z2·z1ᵀ/τ), B×B each (cell 5, lines 9–25)."
+    check_choice("loss", loss, SUPPRESSION_LOSSES)
+    if loss == "nt_xent": return contrastive_loss(*pair_similarities(z1, z2), tau)
+    sim = z1 @ z2.T / tau
+    target = torch.arange(len(z1), device=z1.device)
+    return F.cross_entropy(sim, target) + F.cross_entropy(sim.T, target)
 
 def train_contrastive(
     views: Callable[[Tensor, torch.Generator], tuple[Tensor, Tensor]],  # (indices [B], generator) -> two views [B, C, H, W]
@@ -174,32 +242,58 @@ def train_contrastive(
     config: SuppressionConfig,
     progress: bool = True,         # a tqdm bar over the steps
     desc: str = "pretraining",
-) -> tuple[Encoder, list[float]]:
-    "An encoder trained with the contrastive loss on in-batch negatives, and its mean loss in each epoch."
+    labels: Tensor | None = None,  # [n] class labels: train an online linear probe (stop-gradient) beside the encoder
+    image_size: int = 16,          # side of the views (sizes the ConvN's dense layer)
+) -> tuple[Encoder, list[float], nn.Linear | None]:
+    "An encoder trained with the contrastive loss on in-batch negatives, its mean loss in each epoch, and the online probe (or None)."
     check_int("n", n, config.batch_size)
-    model = new_encoder(in_channels, config)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
+    model = new_encoder(in_channels, config, image_size)
+    probe = None
+    if labels is not None:
+        if len(labels) != n: raise ValueError(f"labels must hold one label per training image ({n}), got {len(labels)}")
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed + 1)
+            probe = nn.Linear(model.feature_dim, int(labels.max()) + 1)
+    groups = [{"params": list(model.parameters())}]
+    if probe is not None: groups.append({"params": list(probe.parameters()), "lr": config.probe_lr or config.lr})
+    optimizer = torch.optim.Adam(groups, lr=config.lr)
     generator = torch.Generator().manual_seed(config.seed)
     steps, history = n // config.batch_size, []
-    with tqdm(total=config.epochs * steps, desc=desc, disable=not progress, leave=False) as bar:
+    total_steps = config.epochs * steps
+    decay = (lambda t: 1 - t / total_steps) if config.schedule == "linear" else (lambda t: 1.0)  # PolynomialDecay, power 1
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, decay)
+    with tqdm(total=total_steps, desc=desc, disable=not progress, leave=False) as bar:
         for epoch in range(config.epochs):
             order, total = torch.randperm(n, generator=generator), 0.0
             for step in range(steps):
-                v1, v2 = views(order[step * config.batch_size:(step + 1) * config.batch_size], generator)
-                z = model(torch.cat([v1, v2]))
-                loss = contrastive_loss(*pair_similarities(z[:len(v1)], z[len(v1):]), config.tau)
+                idx = order[step * config.batch_size:(step + 1) * config.batch_size]
+                v1, v2 = views(idx, generator)
+                if config.loss == "cross_view":  # the colab runs the two views through the network separately
+                    h1, h2 = model.features(v1), model.features(v2)
+                else:
+                    h1, h2 = model.features(torch.cat([v1, v2])).split(len(v1))
+                z1, z2 = (F.normalize(model.head(h), dim=1) for h in (h1, h2)) if config.loss == "cross_view" else \
+                    F.normalize(model.head(torch.cat([h1, h2])), dim=1).split(len(v1))
+                loss = contrastive_objective(z1, z2, config.tau, config.loss)
+                objective = loss
+                if config.weight_decay: objective = objective + config.weight_decay * sum(w.pow(2).sum() for w in _kernels(model))
+                if probe is not None: objective = objective + F.cross_entropy(probe(h1.detach()), labels[idx])
                 optimizer.zero_grad(set_to_none=True)
-                loss.backward()
+                objective.backward()
                 optimizer.step()
+                scheduler.step()
                 total += loss.item()
                 bar.update(); bar.set_postfix(epoch=epoch + 1, loss=f"{loss.item():.3f}")
             history.append(total / steps)
-    return model.eval(), history
+    return model.eval(), history, probe
 
 # %% ../nbs/12_feature_suppression.ipynb #804af9f6
 RANDBIT_KS = (0, 1, 2, 4, 8, 16)
 TAUS = (0.05, 0.1, 0.2)
-RANDBIT_CONFIG = SuppressionConfig(width=8, epochs=20)  # the full grid: 18 runs, 2–3 minutes on 2 CPU cores
+# the full grid: 18 runs, a few minutes on 2 CPU cores. The digits give 11 steps an epoch (the colab's MNIST 60), so the
+# online probe learns with a larger rate than the encoder
+RANDBIT_CONFIG = SuppressionConfig(width=8, epochs=20, probe_lr=1e-2)
+PROBE_MODES = {"shared": "_shared", "zero": "", "own": "_own_bits"}  # post-hoc probes: eval bits -> suffix of the row's keys
 
 def _chance(labels: Tensor) -> float:
     return torch.bincount(labels).max().item() / len(labels)
@@ -208,24 +302,39 @@ def _probe(model: Encoder, train_x: Tensor, train_y: Tensor, test_x: Tensor, tes
     return linear_probe(features(model, train_x), train_y, features(model, test_x), test_y,
                         LinearEvalConfig(epochs=config.linear_epochs, seed=config.seed))["top1"]
 
+def randbit_augment(config: SuppressionConfig, dataset: str, size: int) -> TwoViewAugment:
+    "The run's augmentation: the dataset's preset with the config's crop, or the colab's crop-and-resize alone, pixels in [0, 1]."
+    if config.augment == "preset": return TwoViewAugment(dataset, crop_scale=config.crop_scale)
+    channels = 1
+    return TwoViewAugment(AugmentParams(size, crop_scale=config.crop_scale, flip_p=0.0, jitter_p=0.0, saturation=0.0, hue=0.0,
+                                        grayscale_p=0.0, mean=(0.0,) * channels, std=(1.0,) * channels))
+
 def randbit_run(
     k: int,                                     # bits per image, >= 0
     config: SuppressionConfig = RANDBIT_CONFIG,
     progress: bool = True,
+    data: tuple[ImageData, ImageData] | None = None,  # (train, test) splits; default load_dataset(config.dataset)
 ) -> dict:
-    "Pretrain on RandBit digits with k bits and probe the digit: one row of results (accuracies in [0, 1])."
+    "Pretrain on RandBit images with k bits and probe the digit: one row of results (accuracies in [0, 1])."
     check_int("k", k, 0)
     start = time.perf_counter()
-    train = RandBit(load_dataset("digits"), k, seed=config.seed, augment=TwoViewAugment("digits", crop_scale=config.crop_scale))
-    test = RandBit(load_dataset("digits", train=False), k, seed=config.seed + 10_000, augment=train.augment)
-    model, history = train_contrastive(train.views, len(train), train.in_channels, config, progress, desc=f"RandBit k={k} τ={config.tau:g}")
-    untrained = new_encoder(train.in_channels, config)
+    if data is None: data = tuple(load_dataset(config.dataset, train=t) for t in (True, False))
+    train_data, test_data = data
+    size = train_data.images.shape[-1]
+    augment = randbit_augment(config, train_data.name if config.augment == "preset" else config.dataset, size)
+    train = RandBit(train_data, k, seed=config.seed, augment=augment, coding=config.bit_coding)
+    test = RandBit(test_data, k, seed=config.seed + 10_000, augment=augment, coding=config.bit_coding)
+    model, history, online = train_contrastive(train.views, len(train), train.in_channels, config, progress,
+                                               desc=f"RandBit k={k} τ={config.tau:g}", labels=train.data.labels, image_size=size)
+    with torch.no_grad():
+        online_top1 = (online(features(model, test.inputs("own"))).argmax(1) == test.data.labels).float().mean().item()
+    untrained = new_encoder(train.in_channels, config, size).eval()
     acc = {f"{prefix}{suffix}": _probe(m, train.inputs(mode), train.data.labels, test.inputs(mode), test.data.labels, config)
-           for prefix, m in (("digit_top1", model), ("random_init_top1", untrained))
-           for mode, suffix in (("zero", ""), ("own", "_own_bits"))}
-    return dict(experiment="randbit", k=k, tau=config.tau, seed=config.seed, **acc, final_loss=history[-1],
-                loss_history=history, twin_share=twin_share(k, config.batch_size), chance=_chance(test.data.labels),
-                n_test=len(test), wall_time_s=time.perf_counter() - start, config=asdict(config))
+           for prefix, m in (("digit_top1", model), ("random_init_top1", untrained)) for mode, suffix in PROBE_MODES.items()}
+    return dict(experiment="randbit", k=k, tau=config.tau, seed=config.seed, online_top1=online_top1, **acc,
+                final_loss=history[-1], loss_history=history, twin_share=twin_share(k, config.batch_size),
+                chance=_chance(test.data.labels), n_test=len(test), dataset=train_data.name,
+                wall_time_s=time.perf_counter() - start, config=asdict(config))
 
 # %% ../nbs/12_feature_suppression.ipynb #a7f96a2d
 EXPERIMENTS = ("randbit", "multidigits")
@@ -253,6 +362,7 @@ def run_grid(
     out_dir: str | Path,                   # one JSON file per run
     config: SuppressionConfig | None = None, # default RANDBIT_CONFIG or MULTIDIGITS_CONFIG; its tau is replaced by each of taus
     progress: bool = True,
+    data: tuple[ImageData, ImageData] | None = None,  # randbit only: the (train, test) splits (default: load_dataset(config.dataset))
 ) -> list[dict]:
     "Run (or read back) every (value, τ) of an experiment; the rows in grid order, τ outer."
     if experiment not in EXPERIMENTS: raise ValueError(f"experiment must be one of {EXPERIMENTS}, got {experiment!r}")
@@ -265,7 +375,8 @@ def run_grid(
     for cfg, value in tqdm(cells, desc=f"{experiment} grid", disable=not progress):
         row = cached_result(out_dir, experiment, value, cfg)
         if row is None:
-            _write_json(run_path(out_dir, experiment, value, cfg), run(value, cfg, progress=progress))
+            extra = dict(data=data) if experiment == "randbit" and data is not None else {}
+            _write_json(run_path(out_dir, experiment, value, cfg), run(value, cfg, progress=progress, **extra))
             row = cached_result(out_dir, experiment, value, cfg)  # as read back: the same whether fresh or cached
         rows.append(row)
     return rows
@@ -285,17 +396,19 @@ def _by(rows: list[dict], key: str, tau: float | None = None) -> list[dict]:
     return sorted((r for r in rows if tau is None or r["tau"] == tau), key=lambda r: r[key])
 
 def randbit_figure(rows: list[dict], reference: bool = True) -> go.Figure:
-    "Digit accuracy against bits k: bit channels at zero (left, with [CLL20]'s MNIST run) and own bits (right)."
-    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.08, subplot_titles=(
-        "bit channels at zero: what the encoder makes of the digit", "each image's own bits (see 'What the probe sees')"))
+    "Digit accuracy against bits k: online probe with own bits (with [CLL20]'s MNIST run), one shared code, bit channels at zero."
+    panels = ((1, "online_top1", "random_init_top1_own_bits", "own bits: the online probe, as [CLL20] measures"),
+              (2, "digit_top1_shared", "random_init_top1_shared", "one shared code: suppression, in distribution"),
+              (3, "digit_top1", "random_init_top1", "bit channels at zero: out of distribution"))
+    fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.06, subplot_titles=[p[3] for p in panels])
     taus = sorted({r["tau"] for r in rows} | (set(CLL20_RANDBIT_MNIST) if reference else set()))
     for tau in taus:
         mine = _by(rows, "k", tau)
-        for col, key in ((1, "digit_top1"), (2, "digit_top1_own_bits")):
+        for col, key, _, _ in panels:
             if mine:
                 fig.add_trace(go.Scatter(x=[r["k"] for r in mine], y=[r[key] for r in mine], mode="lines+markers",
-                                         name=f"ours (digits), τ={tau:g}", legendgroup=f"ours{tau}", showlegend=col == 1,
-                                         line=dict(color=_color(tau))), row=1, col=col)
+                                         name=f"ours ({mine[0].get('dataset', 'digits')}), τ={tau:g}", legendgroup=f"ours{tau}",
+                                         showlegend=col == 1, line=dict(color=_color(tau))), row=1, col=col)
         if reference and tau in CLL20_RANDBIT_MNIST:
             ref = CLL20_RANDBIT_MNIST[tau]
             fig.add_trace(go.Scatter(x=list(ref), y=list(ref.values()), mode="lines+markers", name=f"[CLL20] MNIST reference, τ={tau:g}",
@@ -303,13 +416,14 @@ def randbit_figure(rows: list[dict], reference: bool = True) -> go.Figure:
     baseline = {r["k"]: r for r in rows}  # the random-init encoder does not depend on τ
     if baseline:
         ks = sorted(baseline)
-        for col, key in ((1, "random_init_top1"), (2, "random_init_top1_own_bits")):
-            fig.add_trace(go.Scatter(x=ks, y=[baseline[k][key] for k in ks], mode="lines+markers", name="random-init encoder",
-                                     legendgroup="random", showlegend=col == 1, line=dict(color="#7f7f7f", dash="dot")), row=1, col=col)
+        for col, _, key, _ in panels:
+            name = "random-init encoder" + (", post-hoc probe" if col == 1 else "")
+            fig.add_trace(go.Scatter(x=ks, y=[baseline[k][key] for k in ks], mode="lines+markers", name=name,
+                                     legendgroup=f"random{col == 1}", showlegend=col <= 2, line=dict(color="#7f7f7f", dash="dot")), row=1, col=col)
         chance = max(r["chance"] for r in rows)
         fig.add_hline(y=chance, line=dict(color="black", width=1, dash="dot"), annotation_text="chance", row=1, col="all")
-    fig.update_xaxes(title="extra random bits k"); fig.update_yaxes(title="linear probe accuracy on the digit", range=[0, 1.02], col=1)
-    fig.update_yaxes(range=[0, 1.02], col=2)
+    fig.update_xaxes(title="extra random bits k"); fig.update_yaxes(title="linear accuracy on the digit", range=[0, 1.02], col=1)
+    for col in (2, 3): fig.update_yaxes(range=[0, 1.02], col=col)
     fig.update_layout(height=430, title="RandBit: a few shared random bits suppress the digit ([CLL20] Section 4.4)")
     return fig
 
@@ -389,8 +503,8 @@ def multidigits_run(
     train, test = make_multidigits(True, scale, seed=config.seed), make_multidigits(False, scale, seed=config.seed)
     mean, std = image_stats(train.images)
     augment = TwoViewAugment("digits", crop_scale=config.crop_scale, mean=mean, std=std)
-    model, history = train_contrastive(lambda idx, g: augment(train.images[idx], g), len(train), 1, config, progress,
-                                       desc=f"MultiDigits scale={scale:g} τ={config.tau:g}")
+    model, history, _ = train_contrastive(lambda idx, g: augment(train.images[idx], g), len(train), 1, config, progress,
+                                          desc=f"MultiDigits scale={scale:g} τ={config.tau:g}", image_size=train.images.shape[-1])
     untrained = new_encoder(1, config)
     x = lambda images: to_float(images, mean, std)
     probes = {"small_top1": ("images", "small_labels"), "big_top1": ("images", "big_labels"),
@@ -463,31 +577,31 @@ def suppression_findings(randbit_rows: list[dict], multidigits_rows: list[dict])
         mine = _by(randbit_rows, "k", tau)
         if len(mine) > 1 and mine[0]["k"] == 0: ends[tau] = (mine[0], mine[-1])
     fmt = lambda r, key: f"{r[key]:.3f}"
-    measured = "; ".join(f"τ={t:g}: {fmt(a, 'digit_top1')} at k=0 → {fmt(b, 'digit_top1')} at k={b['k']} "
-                         f"(random-init encoder {fmt(b, 'random_init_top1')})" for t, (a, b) in ends.items())
-    d = [accuracy_direction(a["digit_top1"], b["digit_top1"], a["n_test"], b["n_test"]) for a, b in ends.values()]
+    measured = "; ".join(f"τ={t:g}: {fmt(a, 'digit_top1_shared')} at k=0 → {fmt(b, 'digit_top1_shared')} at k={b['k']} "
+                         f"(random-init encoder {fmt(b, 'random_init_top1_shared')}), one shared code" for t, (a, b) in ends.items())
+    d = [accuracy_direction(a["digit_top1_shared"], b["digit_top1_shared"], a["n_test"], b["n_test"]) for a, b in ends.values()]
     out.append(Finding(1, "A few random bits shared by the two views suppress the digit: accuracy falls as k grows (Section 4.4).",
                        measured or "needs k = 0 and a larger k for some τ", direction_verdict(d)))
     d = []
     for a, b in ends.values():
-        d += [1 if at_chance(b["digit_top1_own_bits"], b["chance"], b["n_test"]) else -1,
-              -accuracy_direction(b["digit_top1_own_bits"], b["random_init_top1_own_bits"], b["n_test"], b["n_test"])]
+        d += [1 if at_chance(b["online_top1"], b["chance"], b["n_test"]) else -1,
+              -accuracy_direction(b["online_top1"], b["random_init_top1_own_bits"], b["n_test"], b["n_test"])]
     chance = f"; chance {max(r['chance'] for r in randbit_rows):.3f}" if randbit_rows else ""
     out.append(Finding(2, "With enough bits (15–20 in the MNIST reference) the linear accuracy falls to chance.",
-                       "; ".join(f"τ={t:g}: {fmt(b, 'digit_top1_own_bits')} with own bits at k={b['k']} (random-init encoder "
+                       "; ".join(f"τ={t:g}: online probe {fmt(b, 'online_top1')} with own bits at k={b['k']} (random-init encoder, post-hoc, "
                                  f"{fmt(b, 'random_init_top1_own_bits')})" for t, (a, b) in ends.items()) + chance, direction_verdict(d)))
-    d = [1 if accuracy_direction(b["digit_top1"], b["random_init_top1"], b["n_test"], b["n_test"]) <= 0 else -1
+    d = [1 if accuracy_direction(b["digit_top1_shared"], b["random_init_top1_shared"], b["n_test"], b["n_test"]) <= 0 else -1
          for a, b in ends.values()]
     out.append(Finding(3, "Enough bits fully prevent the learning of the digit: its features are no better than a random network's.",
-                       "; ".join(f"τ={t:g}: {fmt(b, 'digit_top1')} vs random-init {fmt(b, 'random_init_top1')} at k={b['k']}, "
-                                 f"bit channels at zero" for t, (a, b) in ends.items()), direction_verdict(d)))
+                       "; ".join(f"τ={t:g}: {fmt(b, 'digit_top1_shared')} vs random-init {fmt(b, 'random_init_top1_shared')} at k={b['k']}, "
+                                 f"one shared code" for t, (a, b) in ends.items()), direction_verdict(d)))
     if len(taus) > 1:
         lo = [r for r in randbit_rows if r["tau"] == taus[0] and r["k"] > 0]
         hi = [r for r in randbit_rows if r["tau"] == taus[-1] and r["k"] > 0]
-        mean = lambda rows: sum(r["digit_top1"] for r in rows) / len(rows)
+        mean = lambda rows: sum(r["digit_top1_shared"] for r in rows) / len(rows)
         out.append(Finding(4, "A smaller τ mitigates the suppression slightly (Appendix B.1).",
-                           f"mean accuracy over k > 0: {mean(lo):.3f} at τ={taus[0]:g} vs {mean(hi):.3f} at τ={taus[-1]:g}",
-                           direction_verdict([_mean_direction(lo, hi, "digit_top1")])))
+                           f"mean accuracy (one shared code) over k > 0: {mean(lo):.3f} at τ={taus[0]:g} vs {mean(hi):.3f} at τ={taus[-1]:g}",
+                           direction_verdict([_mean_direction(lo, hi, "digit_top1_shared")])))
     else:
         out.append(Finding(4, "A smaller τ mitigates the suppression slightly (Appendix B.1).", "this grid ran one τ", direction_verdict([])))
     d4, d5, m4, m5 = [], [], [], []
@@ -511,15 +625,23 @@ def suppression_findings(randbit_rows: list[dict], multidigits_rows: list[dict])
                        "; ".join(m5) or "needs scale 1 and a larger scale", direction_verdict(d5)))
     return out
 
+# %% ../nbs/12_feature_suppression.ipynb #b5d70f31
+def zero_bit_confound(rows: list[dict]) -> list[dict]:
+    "Per run: the trained and the random-init encoder's probe accuracy with zeros and with one shared code in the bit channels."
+    return [dict(tau=r["tau"], k=r["k"], trained_zero=r["digit_top1"], trained_shared=r["digit_top1_shared"],
+                 random_zero=r["random_init_top1"], random_shared=r["random_init_top1_shared"],
+                 out_of_distribution_drop=r["digit_top1_shared"] - r["digit_top1"]) for r in _by(rows, "k")]
+
 # %% ../nbs/12_feature_suppression.ipynb #0ead5f74
 _RING = dict(symbol="circle-open", size=16, color="black", line=dict(width=2))
 
 def _explorer_figure() -> go.Figure:
-    "The explorer's figure, its traces empty and in a fixed order: RandBit (0–3, left), MultiDigits (4–9, right)."
+    "The explorer's figure, its traces empty and in a fixed order: RandBit (0–4, left), MultiDigits (5–10, right)."
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1, subplot_titles=("RandBit", "MultiDigits"))
-    left = [dict(name="ours (digits), bit channels at zero", line=dict(color="#1f77b4")),
-            dict(name="[CLL20] MNIST reference", line=dict(color="#1f77b4", dash="dash"), marker=dict(symbol="circle-open")),
-            dict(name="random-init encoder", line=dict(color="#7f7f7f", dash="dot")),
+    left = [dict(name="ours: online probe, own bits", line=dict(color="#1f77b4")),
+            dict(name="[CLL20] MNIST reference (online probe, own bits)", line=dict(color="#1f77b4", dash="dash"), marker=dict(symbol="circle-open")),
+            dict(name="ours: one shared code", line=dict(color="#2ca02c")),
+            dict(name="random-init encoder, one shared code", line=dict(color="#7f7f7f", dash="dot")),
             dict(name="chosen k", mode="markers", marker=_RING)]
     right = [dict(name="small digit, on the canvas", line=dict(color="#d62728")),
              dict(name="big digit, on the canvas", line=dict(color="#d62728", dash="dash"), marker=dict(symbol="square")),
@@ -578,13 +700,13 @@ def refresh(self: SuppressionExplorer) -> None:
     self.multidigits_row = next((r for r in md if r["scale"] == self.scale), None)
     ref = CLL20_RANDBIT_MNIST.get(self.tau, {})
     col = lambda rows, key: [r[key] for r in rows]
-    data = {0: (col(rb, "k"), col(rb, "digit_top1")), 1: (list(ref), list(ref.values())),
-            2: (col(rb, "k"), col(rb, "random_init_top1")),
-            3: ([self.k], [self.randbit_row["digit_top1"]]) if self.randbit_row else ([], []),
-            4: (col(md, "scale"), col(md, "small_top1")), 5: (col(md, "scale"), col(md, "big_top1")),
-            6: (col(md, "scale"), col(md, "small_alone_top1")), 7: (col(md, "scale"), col(md, "big_alone_top1")),
-            8: (col(md, "scale"), col(md, "random_init_small_alone_top1")),
-            9: ([self.scale] * 2, [self.multidigits_row[key] for key in ("small_top1", "big_top1")]) if self.multidigits_row else ([], [])}
+    data = {0: (col(rb, "k"), col(rb, "online_top1")), 1: (list(ref), list(ref.values())),
+            2: (col(rb, "k"), col(rb, "digit_top1_shared")), 3: (col(rb, "k"), col(rb, "random_init_top1_shared")),
+            4: ([self.k], [self.randbit_row["online_top1"]]) if self.randbit_row else ([], []),
+            5: (col(md, "scale"), col(md, "small_top1")), 6: (col(md, "scale"), col(md, "big_top1")),
+            7: (col(md, "scale"), col(md, "small_alone_top1")), 8: (col(md, "scale"), col(md, "big_alone_top1")),
+            9: (col(md, "scale"), col(md, "random_init_small_alone_top1")),
+            10: ([self.scale] * 2, [self.multidigits_row[key] for key in ("small_top1", "big_top1")]) if self.multidigits_row else ([], [])}
     with self.fig.batch_update():
         for i, (x, y) in data.items(): self.fig.data[i].x, self.fig.data[i].y = x, y
         self.fig.layout.title = f"τ = {self.tau:g}: {len(rb)} of {len(RANDBIT_KS)} RandBit and {len(md)} of {len(SCALES)} MultiDigits runs cached"
@@ -598,9 +720,10 @@ def _readout_html(self: SuppressionExplorer) -> str:
     if r:
         ref = CLL20_RANDBIT_MNIST.get(tau)
         ref_text = (" [CLL20] MNIST at this τ: " + ", ".join(f"{v:.1%} at {b}" for b, v in ref.items()) + ".") if ref else ""
-        rb = (f"<b>RandBit, k = {r['k']}, τ = {tau:g}</b>: digit accuracy <b>{r['digit_top1']:.3f}</b> with the bit channels at zero "
-              f"(random-init encoder {r['random_init_top1']:.3f}, chance {r['chance']:.3f}); {r['digit_top1_own_bits']:.3f} with the "
-              f"images' own bits. Final loss {r['final_loss']:.3f}; {r['twin_share']:.0%} of the anchors share their bits with "
+        rb = (f"<b>RandBit, k = {r['k']}, τ = {tau:g}</b>: online probe with own bits <b>{r['online_top1']:.3f}</b>; "
+              f"with one shared code <b>{r['digit_top1_shared']:.3f}</b> (random-init encoder {r['random_init_top1_shared']:.3f}, "
+              f"chance {r['chance']:.3f}); bit channels at zero {r['digit_top1']:.3f} (random-init {r['random_init_top1']:.3f}). "
+              f"Final loss {r['final_loss']:.3f}; {r['twin_share']:.0%} of the anchors share their bits with "
               f"another image of their batch.{ref_text}")
     else:
         rb = f"<b>RandBit, k = {self.k}, τ = {tau:g}</b>: not run with these settings yet."
@@ -623,3 +746,38 @@ def run_selected(self: SuppressionExplorer) -> None:
         self.readout.value = f"training {experiment} {value:g} at τ = {self.tau:g} …"
         run_grid(experiment, (value,), (self.tau,), self.out_dir, config, progress=False)
     self.refresh()
+
+# %% ../nbs/12_feature_suppression.ipynb #1c2de12c
+RANDBIT_MNIST_PAPER = SuppressionConfig(tau=0.1, epochs=10, batch_size=1000, lr=1e-3, width=1, out_dim=64, head="mlp",
+                                        crop_scale=(0.5, 1.0), dataset="mnist", loss="cross_view", arch="convn",
+                                        schedule="linear", weight_decay=1e-4, bit_coding="01", augment="crop")
+PAPER_KS = (0, 5, 10, 15, 20)
+
+def paper_table(rows: list[dict]) -> str:
+    "Our online-probe accuracy beside [CLL20]'s published MNIST numbers, one line per τ (ours / published, in %)."
+    ks = sorted({r["k"] for r in rows} | {k for ref in CLL20_RANDBIT_MNIST.values() for k in ref})
+    lines = [f"{'τ':>6} " + "".join(f"{f'k={k}':>15}" for k in ks) + "     (ours / [CLL20], online probe, own bits, %)"]
+    for tau in sorted({r["tau"] for r in rows}):
+        mine = {r["k"]: r["online_top1"] for r in rows if r["tau"] == tau}
+        ref = CLL20_RANDBIT_MNIST.get(tau, {})
+        cell = lambda k: (f"{100 * mine[k]:.1f}" if k in mine else "–") + " / " + (f"{100 * ref[k]:.1f}" if k in ref else "–")
+        lines.append(f"{tau:>6g} " + "".join(f"{cell(k):>15}" for k in ks))
+    return "\n".join(lines)
+
+def randbit_mnist_paper(
+    out_dir: str | Path,                           # one JSON file per run (a killed grid resumes)
+    root: str | Path | None = None,                # where torchvision's MNIST folder is (default: the package's data root)
+    download: bool = False,                        # fetch MNIST if it is missing
+    ks: Sequence[int] = PAPER_KS,
+    taus: Sequence[float] = TAUS,
+    config: SuppressionConfig = RANDBIT_MNIST_PAPER,
+    progress: bool = True,
+    data: tuple[ImageData, ImageData] | None = None,  # (train, test) instead of loading MNIST
+) -> list[dict]:
+    "[CLL20]'s RandBit MNIST run with the colab's protocol; prints our online-probe table beside the published one."
+    if data is None:
+        kwargs = dict(download=download, **({"root": root} if root is not None else {}))
+        data = tuple(load_dataset("mnist", train=t, **kwargs) for t in (True, False))
+    rows = run_grid("randbit", ks, taus, out_dir, config, progress, data=data)
+    print(paper_table(rows))
+    return rows
