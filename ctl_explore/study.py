@@ -32,8 +32,8 @@ from .data import TwoViewAugment, load_dataset
 from .linear_eval import LinearEvalConfig, linear_eval
 from .losses import n_informative
 from .metrics import alignment, similarity_profile, tolerance, uniformity
-from .train import (CheckpointError, PretrainConfig, RunBusyError, build_model, resolve_device, embed,
-                    load_checkpoint, lr_at, pretrain, run_lock, save_checkpoint, threads_for, write_json_atomic)
+from .train import (EXECUTION_KEYS, CheckpointError, PretrainConfig, RunBusyError, build_model, resolve_device, embed,
+                    load_checkpoint, lr_at, pretrain, run_identity, run_lock, save_checkpoint, threads_for, write_json_atomic)
 
 # %% auto #0
 __all__ = ['CRITERIA', 'WL21_TAUS', 'PRESETS', 'RESULT_FORMAT', 'RESULT_KEYS', 'TRAJECTORY_KEYS', 'SIGNIFICANCE', 'PEAK_WINDOW',
@@ -290,8 +290,8 @@ def saved_row(run_dir: str | Path, config: PretrainConfig, stretch: tuple[int, i
         warnings.warn(f"{path} is not a complete result row; measuring run {Path(run_dir).name} again from its checkpoint")
         return None
     if row.get("result_format") != RESULT_FORMAT: return None  # an older package's row: measure again
-    asked = config.to_dict()
-    try: saved = PretrainConfig.from_dict(row["config"]).to_dict()  # fields added since: their defaults
+    asked = run_identity(config)  # where it ran (device, compile) is not part of a run's identity
+    try: saved = run_identity(PretrainConfig.from_dict(row["config"]))  # fields added since: their defaults
     except (TypeError, ValueError) as e:
         raise StudyError(f"{path} holds a configuration this version cannot read ({e}); delete {Path(run_dir)}, "
                          "or give the study another output folder (--out)") from None
@@ -322,7 +322,8 @@ def _current(run_dir: Path, config: PretrainConfig, stretch: tuple[int, int | No
     path = run_dir / "checkpoint.pt"
     if not path.exists(): return config
     saved = PretrainConfig.from_dict(load_checkpoint(path)["config"])
-    return saved if is_stretch(saved.to_dict(), config.to_dict(), stretch) else config
+    if not is_stretch(run_identity(saved), run_identity(config), stretch): return config
+    return dataclasses.replace(saved, **{k: getattr(config, k) for k in EXECUTION_KEYS})  # the stretch, run where asked
 
 def _settled(run_dir: Path, config: PretrainConfig, criteria: Criteria = CRITERIA) -> bool:
     "Whether the run may finish its schedule: its window met the criteria (or it collapsed), or it is already past its first drop."

@@ -356,6 +356,15 @@ def test_unsettled_runs_are_stretched_up_to_the_cap(tmp_path, monkeypatch):
     # the finished, stretched rows are reused as they are: nothing trains again
     monkeypatch.setattr(study, "pretrain", lambda *a, **k: pytest.fail("a finished stretched run was trained again"))
     assert run_study(STRETCHY, tmp_path / "s", quiet=True, workers=1) == rows
+    # where a run executes is not part of what it is: the rows and the stretch serve a study asked on another device
+    asked = study_configs(STRETCHY, 1438)[0]
+    elsewhere = dataclasses.replace(asked, device="cuda:1", compile=True)
+    run_dir = tmp_path / "s" / "runs" / rows[0]["run"]
+    assert study.saved_row(run_dir, elsewhere, STRETCHY.stretch) == rows[0]
+    current = study._current(run_dir, elsewhere, STRETCHY.stretch)
+    assert (current.epochs, current.device, current.compile) == (20, "cuda:1", True)
+    with pytest.raises(StudyError, match="another configuration"):  # what it computes is
+        study.saved_row(run_dir, dataclasses.replace(asked, tau=0.7), STRETCHY.stretch)
     # and a finished run cannot be stretched again: its epochs after the first drop had the old schedule's learning rate
     with pytest.raises(StudyError, match="past its first learning-rate drop"):
         study.stretch_run(tmp_path / "s" / "runs" / rows[0]["run"], 25)
