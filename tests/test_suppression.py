@@ -13,10 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctl_explore.data import TwoViewAugment, load_dataset
+from ctl_explore import data as data_module
+from ctl_explore.data import ImageData
 from ctl_explore.suppression import (
-    RANDBIT_CONFIG, SCALES, MultiDigits, RandBit, SuppressionConfig, SuppressionExplorer, accuracy_direction, append_bits,
-    at_chance, cached_result, make_multidigits, multidigits_figure, random_bits, randbit_figure, randbit_run, read_bits,
-    run_grid, run_path, suppression_findings, train_contrastive, twin_share)
+    RANDBIT_CONFIG, RANDBIT_MNIST_PAPER, SCALES, MultiDigits, RandBit, SuppressionConfig, SuppressionExplorer,
+    accuracy_direction, append_bits, at_chance, cached_result, features, make_multidigits, multidigits_figure, paper_table,
+    random_bits, randbit_figure, randbit_mnist_paper, randbit_run, read_bits, run_grid, run_path, suppression_findings,
+    train_contrastive, twin_share, zero_bit_confound)
 
 TINY = SuppressionConfig(epochs=1, width=4, out_dim=16, linear_epochs=5)
 
@@ -89,7 +92,7 @@ def test_twin_share_matches_a_simulation_and_is_monotone():
     (lambda d: RandBit(d, 2.5), "k must be an integer >= 0"),
     (lambda d: RandBit(d, True), "k must be an integer >= 0"),
     (lambda d: RandBit(d.images, 2), "data must be an ImageData"),
-    (lambda d: RandBit(d, 2).inputs("random"), "bits must be one of"),
+    (lambda d: RandBit(d, 2).inputs("noise"), "bits must be one of"),
     (lambda d: random_bits(4, -3), "k must be an integer >= 0"),
     (lambda d: twin_share(-1, 128), "k must be an integer >= 0"),
     (lambda d: twin_share(4, 0), "batch_size must be an integer >= 1"),
@@ -172,8 +175,8 @@ def test_training_is_deterministic_and_bits_make_the_task_easy(digits):
     histories = []
     for k in (0, 16, 16):
         rb = RandBit(digits, k)
-        model, history = train_contrastive(rb.views, len(rb), rb.in_channels, cfg, progress=False)
-        assert not model.training and all(math.isfinite(h) for h in history)
+        model, history, probe = train_contrastive(rb.views, len(rb), rb.in_channels, cfg, progress=False)
+        assert not model.training and all(math.isfinite(h) for h in history) and probe is None
         histories.append(history)
     assert histories[1] == histories[2]                  # same seed, same run
     assert histories[1][-1] < histories[0][-1]           # the bits solve much of instance discrimination
@@ -212,7 +215,7 @@ def test_grid_bad_inputs(tmp_path, args, message):
 # ---------------------------------------------------------------- findings, figures, explorer
 
 def _rows(randbit_end: float, own_end: float, small_end: float, small_alone_end: float):
-    rb = [dict(tau=tau, k=k, digit_top1=acc, digit_top1_own_bits=own, random_init_top1=0.78, random_init_top1_own_bits=0.3,
+    rb = [dict(tau=tau, k=k, digit_top1_shared=acc, online_top1=own, random_init_top1_shared=0.78, random_init_top1_own_bits=0.3,
                chance=0.1, n_test=359)
           for tau in (0.05, 0.2) for k, acc, own in ((0, 0.96, 0.96), (8, 0.8 if tau == 0.05 else 0.6, 0.5), (16, randbit_end, own_end))]
     md = [dict(tau=tau, scale=s, small_top1=0.45 if s == 1.0 else small_end, big_top1=0.3 if s == 1.0 else 0.8,
@@ -252,8 +255,9 @@ def test_figures_show_the_rows_and_the_reference(tiny_dir):
     _, rb, md = tiny_dir
     f = randbit_figure(rb)
     ours = [t for t in f.data if t.name == "ours (digits), τ=0.1"]
-    assert len(ours) == 2 and list(ours[0].x) == [0, 16] and ours[0].y[1] == rb[1]["digit_top1"]
-    assert ours[1].y[1] == rb[1]["digit_top1_own_bits"]
+    assert len(ours) == 3 and list(ours[0].x) == [0, 16]
+    assert [t.y[1] for t in ours] == [rb[1]["online_top1"], rb[1]["digit_top1_shared"], rb[1]["digit_top1"]]
+    assert {t.xaxis for t in f.data if t.name.startswith("[CLL20]")} == {"x"}  # beside the online probe, the same measurement
     ref = [t for t in f.data if t.name.startswith("[CLL20] MNIST reference")]
     assert [list(t.y) for t in ref] == [[0.899, 0.706, 0.330, 0.143, 0.099], [0.892, 0.612, 0.187, 0.098, 0.103],
                                         [0.900, 0.330, 0.104, 0.100, 0.099]]
@@ -266,17 +270,18 @@ def test_explorer_shows_cached_runs_and_trains_missing_ones(tiny_dir):
     out, rb, md = tiny_dir
     md_cfg = replace(TINY, crop_scale=(0.8, 1.0))
     w = SuppressionExplorer(out, TINY, md_cfg, k=16, tau=0.1, scale=2.0)
-    assert f"{rb[1]['digit_top1']:.3f}" in w.readout.value and f"{md[1]['small_top1']:.3f}" in w.readout.value
-    assert list(w.fig.data[3].x) == [16] and list(w.fig.data[3].y) == [rb[1]["digit_top1"]]
-    assert list(w.fig.data[9].y) == [md[1]["small_top1"], md[1]["big_top1"]]
+    assert f"{rb[1]['online_top1']:.3f}" in w.readout.value and f"{md[1]['small_top1']:.3f}" in w.readout.value
+    assert list(w.fig.data[4].x) == [16] and list(w.fig.data[4].y) == [rb[1]["online_top1"]]
+    assert list(w.fig.data[2].y) == [r["digit_top1_shared"] for r in rb]
+    assert list(w.fig.data[10].y) == [md[1]["small_top1"], md[1]["big_top1"]]
     w.scale_dropdown.value = 1.0
-    assert list(w.fig.data[9].y) == [md[0]["small_top1"], md[0]["big_top1"]]
+    assert list(w.fig.data[10].y) == [md[0]["small_top1"], md[0]["big_top1"]]
     w.k_dropdown.value = 2
-    assert "k = 2, τ = 0.1</b>: not run with these settings yet" in w.readout.value and len(w.fig.data[3].x) == 0
+    assert "k = 2, τ = 0.1</b>: not run with these settings yet" in w.readout.value and len(w.fig.data[4].x) == 0
     w.run_selected()
     trained = cached_result(out, "randbit", 2, TINY)
     assert trained is not None and list(w.fig.data[0].x) == [0, 2, 16]
-    assert f"{trained['digit_top1']:.3f}" in w.readout.value
+    assert f"{trained['online_top1']:.3f}" in w.readout.value
     w.tau_dropdown.value = 0.05
     assert len(w.fig.data[0].x) == 0 and list(w.fig.data[1].y) == [0.899, 0.706, 0.330, 0.143, 0.099]
 
@@ -285,3 +290,92 @@ def test_explorer_shows_cached_runs_and_trains_missing_ones(tiny_dir):
     (dict(k=3), "k must be one of"), (dict(tau=0.3), "tau must be one of"), (dict(scale=3.0), "scale must be one of")])
 def test_explorer_bad_inputs(tmp_path, kwargs, message):
     with pytest.raises(ValueError, match=message): SuppressionExplorer(tmp_path, RANDBIT_CONFIG, **kwargs)
+
+
+# ---------------------------------------------------------------- eval bits, online probe, the MNIST preset
+
+def test_shared_and_random_codes(digits):
+    rb = RandBit(digits, 6, seed=0)
+    shared, fresh = read_bits(rb.inputs("shared"), 6), read_bits(rb.inputs("random"), 6)
+    assert (shared == shared[:1]).all()                                   # one code for all
+    assert torch.equal(fresh, read_bits(rb.inputs("random"), 6))         # seeded
+    assert not torch.equal(fresh, rb.bits)                               # not the images' own codes
+    assert not torch.equal(read_bits(rb.inputs("shared", seed=1), 6), shared)
+    with pytest.raises(ValueError, match="bits must be one of"): rb.inputs("half")
+
+
+def test_zero_one_coding_round_trip(digits):
+    rb = RandBit(digits, 5, seed=2, coding="01")
+    v1, v2 = rb.views(torch.arange(8), torch.Generator().manual_seed(0))
+    assert set(v1[:, 1:].unique().tolist()) <= {0.0, 1.0}
+    assert torch.equal(read_bits(v1, 5, "01"), rb.bits[:8]) and torch.equal(v1[:, 1:], v2[:, 1:])
+    with pytest.raises(ValueError, match="coding must be one of"): RandBit(digits, 2, coding="pm")
+
+
+def test_online_probe_is_a_stop_gradient_head(digits):
+    rb = RandBit(digits, 0)
+    cfg = replace(TINY, epochs=1)
+    with_probe = train_contrastive(rb.views, len(rb), rb.in_channels, cfg, progress=False, labels=digits.labels)
+    without = train_contrastive(rb.views, len(rb), rb.in_channels, cfg, progress=False)
+    assert with_probe[1] == without[1]      # the probe's loss changes nothing in the encoder's training
+    for a, b in zip(with_probe[0].state_dict().values(), without[0].state_dict().values()): assert torch.equal(a, b)
+    assert with_probe[2].out_features == 10
+    with pytest.raises(ValueError, match="labels must hold one label per training image"):
+        train_contrastive(rb.views, len(rb), rb.in_channels, cfg, progress=False, labels=digits.labels[:10])
+
+
+def test_randbit_row_has_every_probe_and_the_confound(tmp_path):
+    (row,) = run_grid("randbit", (4,), (0.1,), tmp_path, TINY, progress=False)
+    for key in ("online_top1", "digit_top1", "digit_top1_shared", "digit_top1_own_bits", "random_init_top1",
+                "random_init_top1_shared", "random_init_top1_own_bits"):
+        assert 0 <= row[key] <= 1, key
+    (c,) = zero_bit_confound([row])
+    assert c["out_of_distribution_drop"] == row["digit_top1_shared"] - row["digit_top1"]
+
+
+def _fake_mnist(n: int, train: bool) -> ImageData:
+    g = torch.Generator().manual_seed(int(train))
+    labels = torch.arange(n) % 10
+    images = (30 * torch.rand(n, 1, 28, 28, generator=g)).to(torch.uint8)
+    for c in range(10): images[labels == c, :, 2 + 2 * c:5 + 2 * c, 4:24] = 255
+    return ImageData(images, labels, [str(c) for c in range(10)], "mnist", train)
+
+
+TOY_PAPER = replace(RANDBIT_MNIST_PAPER, epochs=1, batch_size=100, linear_epochs=3)
+
+
+def test_paper_preset_follows_the_colab():
+    p = RANDBIT_MNIST_PAPER
+    assert (p.batch_size, p.epochs, p.lr, p.weight_decay, p.schedule) == (1000, 10, 1e-3, 1e-4, "linear")
+    assert (p.loss, p.arch, p.bit_coding, p.augment, p.crop_scale, p.dataset) == ("cross_view", "convn", "01", "crop", (0.5, 1.0), "mnist")
+
+
+def test_paper_preset_runs_on_mnist_shaped_data_in_memory(tmp_path, capsys):
+    rows = randbit_mnist_paper(tmp_path, ks=(0, 5), taus=(0.05,), config=TOY_PAPER, progress=False,
+                               data=(_fake_mnist(300, True), _fake_mnist(100, False)))
+    assert [r["k"] for r in rows] == [0, 5] and all(r["dataset"] == "mnist" and r["n_test"] == 100 for r in rows)
+    out = capsys.readouterr().out
+    assert f"{100 * rows[0]['online_top1']:.1f} / 89.9" in out and f"{100 * rows[1]['online_top1']:.1f} / 70.6" in out
+    assert paper_table(rows) in out
+
+
+def _write_idx(path, array, magic):
+    import gzip  # noqa: F401  (plain files: torchvision reads the uncompressed raw files)
+    import struct
+    dims = array.shape
+    with open(path, "wb") as f:
+        f.write(struct.pack(">I", magic) + b"".join(struct.pack(">I", d) for d in dims))
+        f.write(array.astype("uint8").tobytes())
+
+
+@pytest.mark.skipif("mnist" not in data_module.DATASETS, reason="load_dataset('mnist') not in ctl_explore.data yet")
+def test_paper_preset_runs_on_fabricated_mnist_files(tmp_path, capsys):
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for split, n, prefix in ((True, 300, "train"), (False, 100, "t10k")):
+        fake = _fake_mnist(n, split)
+        _write_idx(raw / f"{prefix}-images-idx3-ubyte", fake.images[:, 0].numpy(), 2051)
+        _write_idx(raw / f"{prefix}-labels-idx1-ubyte", fake.labels.numpy(), 2049)
+    rows = randbit_mnist_paper(tmp_path / "runs", root=tmp_path, ks=(0, 5), taus=(0.1,), config=TOY_PAPER, progress=False)
+    assert [r["k"] for r in rows] == [0, 5] and rows[0]["n_test"] == 100
+    assert "/ 89.2" in capsys.readouterr().out
