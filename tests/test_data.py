@@ -308,8 +308,8 @@ def test_imagenet100_bad_arguments(imagenet, kwargs, message):
 
 def test_unknown_name_lists_the_valid_ones():
     with pytest.raises(ValueError) as info:
-        load_dataset("mnist")
-    assert all(name in str(info.value) for name in DATASETS) and "mnist" in str(info.value)
+        load_dataset("fashion_mnist")
+    assert all(name in str(info.value) for name in DATASETS) and "fashion_mnist" in str(info.value)
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -338,7 +338,7 @@ def test_image_data_validates():
 # ---------------------------------------------------------------- augmentation
 
 def _images(name: str, n: int = 16, seed: int = 0) -> torch.Tensor:
-    c, size = (1, 16) if name == "digits" else (3, 32 if name != "imagenet100" else 48)
+    c, size = {"digits": (1, 16), "mnist": (1, 28), "imagenet100": (3, 48)}.get(name, (3, 32))
     smooth = torch.rand(n, c, 6, 6, generator=torch.Generator().manual_seed(seed))
     return (torch.nn.functional.interpolate(smooth, size=size, mode="bilinear") * 255).round().to(torch.uint8)
 
@@ -467,7 +467,7 @@ def test_resized_crop_matches_torchvision_inside_the_box():
     (lambda: TwoViewAugment("cifar10")(torch.rand(2, 3, 8, 8)), "images must have dtype torch.uint8"),
     (lambda: TwoViewAugment("cifar10")(torch.zeros(3, 8, 8, dtype=torch.uint8)), r"images must have shape \[N, C, H, W\]"),
     (lambda: TwoViewAugment("cifar10")(torch.zeros(2, 1, 8, 8, dtype=torch.uint8)), "params.mean has 3 channels but images have 1"),
-    (lambda: TwoViewAugment("mnist"), "dataset must be one of"),
+    (lambda: TwoViewAugment("fashion_mnist"), "dataset must be one of"),
     (lambda: TwoViewAugment(42), "params must be an AugmentParams"),
     (lambda: AugmentParams(jitter_p=-0.1), "jitter_p must be a probability"),
     (lambda: AugmentParams(brightness=1.5), "brightness must lie in"),
@@ -704,3 +704,103 @@ def test_augmentation_constants_are_made_once_per_device():
     with count_host_syncs() as second:
         augment_view(images, params, sample_view(params, 3, 10, 10, torch.Generator().manual_seed(0)))
     assert first.ops["aten.lift_fresh"] == 2 and second.total == 0
+
+
+# ---------------------------------------------------------------- MNIST, in its real IDX format (issue 15)
+import gzip
+
+MNIST_FILES = ["train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]
+
+
+def _idx_bytes(array: np.ndarray) -> bytes:
+    "LeCun's IDX format: 0x00000800 + number of dimensions (uint8 data), each size a big-endian int32, then the bytes."
+    return struct.pack(">BBBB", 0, 0, 0x08, array.ndim) + b"".join(struct.pack(">i", s) for s in array.shape) + array.astype(np.uint8).tobytes()
+
+
+def _mnist_split(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 256, (n, 28, 28), dtype=np.uint8), rng.integers(0, 10, n, dtype=np.uint8)
+
+
+@pytest.fixture
+def mnist_root(tmp_path):
+    "Fabricated MNIST files (7 training, 3 test digits of random pixels) where torchvision looks: root/MNIST/raw/."
+    raw = tmp_path / "MNIST" / "raw"; raw.mkdir(parents=True)
+    splits = {"train": _mnist_split(7, 0), "t10k": _mnist_split(3, 1)}
+    for split, (images, labels) in splits.items():
+        (raw / f"{split}-images-idx3-ubyte").write_bytes(_idx_bytes(images))
+        (raw / f"{split}-labels-idx1-ubyte").write_bytes(_idx_bytes(labels))
+    return tmp_path, splits
+
+
+def test_idx_header_is_the_real_one():
+    header = _idx_bytes(np.zeros((2, 28, 28), np.uint8))[:16]
+    assert header[:4] == bytes([0, 0, 8, 3]) and struct.unpack(">iii", header[4:]) == (2, 28, 28)
+    assert _idx_bytes(np.zeros(5, np.uint8))[:8] == bytes([0, 0, 8, 1, 0, 0, 0, 5])
+
+
+def test_mnist_loads_both_splits(mnist_root):
+    root, splits = mnist_root
+    assert "mnist" in DATASETS and "digits" == DATASETS[0]
+    for train, split in ((True, "train"), (False, "t10k")):
+        data = load_dataset("mnist", root=root, train=train)
+        images, labels = splits[split]
+        assert data.name == "mnist" and data.train == train and data.classes == [str(d) for d in range(10)]
+        assert data.images.dtype == torch.uint8 and data.images.shape == (len(images), 1, 28, 28)
+        assert torch.equal(data.images[:, 0], torch.from_numpy(images))  # rows and columns as stored
+        assert torch.equal(data.labels, torch.from_numpy(labels).long())
+
+
+def test_mnist_resizes_and_moves(mnist_root):
+    root, _ = mnist_root
+    data = load_dataset("mnist", root=root, image_size=16, device="cpu")
+    assert data.images.shape == (7, 1, 16, 16) and data.images.dtype == torch.uint8
+
+
+def test_mnist_reads_gz_files_alone(mnist_root):
+    root, splits = mnist_root
+    raw = root / "MNIST" / "raw"
+    for name in MNIST_FILES:
+        f = raw / name
+        (raw / f"{name}.gz").write_bytes(gzip.compress(f.read_bytes())); f.unlink()
+    data = load_dataset("mnist", root=root, train=False)
+    assert torch.equal(data.images[:, 0], torch.from_numpy(splits["t10k"][0]))
+    assert all((raw / name).is_file() for name in MNIST_FILES)  # extracted once, next to the .gz
+    assert not [p for p in raw.iterdir() if p.suffix == ".tmp"]
+
+
+def test_mnist_missing_files_say_where_and_how(tmp_path):
+    with pytest.raises(DatasetNotFoundError) as info:
+        load_dataset("mnist", root=tmp_path)
+    message = str(info.value)
+    assert "MNIST/raw/train-images-idx3-ubyte" in message and str(tmp_path) in message and "download=True" in message
+
+
+def test_mnist_file_in_another_format_is_refused(mnist_root):
+    root, _ = mnist_root
+    (root / "MNIST" / "raw" / "train-images-idx3-ubyte").write_bytes(b"\x00\x00\x09\x03" + bytes(12))
+    with pytest.raises(DatasetNotFoundError, match="not in MNIST's IDX format"):
+        load_dataset("mnist", root=root)
+    (root / "MNIST" / "raw" / "t10k-labels-idx1-ubyte.gz").write_bytes(b"not gzip")
+    (root / "MNIST" / "raw" / "t10k-labels-idx1-ubyte").unlink()
+    with pytest.raises(DatasetNotFoundError, match="cannot extract"):
+        load_dataset("mnist", root=root, train=False)
+
+
+def test_mnist_download_without_network_is_a_clear_error(tmp_path, monkeypatch):
+    import torchvision.datasets.mnist as tv_mnist
+    def offline(*args, **kwargs): raise tv_mnist.URLError("no network")
+    monkeypatch.setattr(tv_mnist, "download_and_extract_archive", offline)
+    with pytest.raises(DatasetNotFoundError, match="could not download mnist"):
+        load_dataset("mnist", root=tmp_path, download=True)
+
+
+def test_mnist_preset_and_normalisation(mnist_root):
+    root, _ = mnist_root
+    params = augment_params("mnist")
+    assert params.crop_scale == (0.5, 1.0) and params.crop_ratio == (3 / 4, 4 / 3)
+    assert params.flip_p == params.jitter_p == params.grayscale_p == params.blur_p == params.max_rotation == 0.0
+    assert NORMALIZATION["mnist"] == ((0.1307,), (0.3081,)) and params.mean == (0.1307,)
+    images = load_dataset("mnist", root=root).images
+    v1, v2 = TwoViewAugment("mnist")(images, torch.Generator().manual_seed(0))
+    assert v1.shape == (7, 1, 28, 28) and not torch.equal(v1, v2)
