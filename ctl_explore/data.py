@@ -5,7 +5,7 @@
 # %% ../nbs/04_data.ipynb #1a4f5bff
 from __future__ import annotations
 
-import gzip, hashlib, math, os, shutil, tempfile
+import gzip, hashlib, math, os, shutil, tempfile, warnings
 from functools import lru_cache
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields, replace
@@ -22,11 +22,11 @@ from tqdm import tqdm
 from .checks import check_interval, check_probability, checking_values
 
 # %% auto #0
-__all__ = ['IMAGENET100_CLASSES', 'EVAL_CROP_FRACTION', 'DATASETS', 'FULL_IMAGE_SIZE', 'NORMALIZATION', 'ImageData',
+__all__ = ['IMAGENET100_CLASSES', 'CACHE_ENV', 'EVAL_CROP_FRACTION', 'DATASETS', 'FULL_IMAGE_SIZE', 'NORMALIZATION', 'ImageData',
            'stratified_split', 'DatasetNotFoundError', 'CorruptImageError', 'data_root', 'imagenet100_files',
-           'decode_image_file', 'FullImages', 'ImageFiles', 'load_dataset', 'sample_crop_boxes', 'resized_crop',
-           'grayscale', 'hue_shift', 'adjust_color', 'gaussian_blur', 'image_stats', 'AugmentParams', 'augment_params',
-           'ViewDraws', 'sample_view', 'augment_view', 'TwoViewAugment', 'to_float']
+           'imagenet_cache_dir', 'decode_image_file', 'FullImages', 'ImageFiles', 'load_dataset', 'sample_crop_boxes',
+           'resized_crop', 'grayscale', 'hue_shift', 'adjust_color', 'gaussian_blur', 'image_stats', 'AugmentParams',
+           'augment_params', 'ViewDraws', 'sample_view', 'augment_view', 'TwoViewAugment', 'to_float']
 
 # %% ../nbs/04_data.ipynb #9b3c1c68
 def _check_uint8_images(name: str, images) -> Tensor:
@@ -269,19 +269,41 @@ def _decode_all(files: Sequence[Path], size: int, num_workers: int | None, progr
     _decode_every(files, work, num_workers, progress, f"decoding {len(files)} images to {size}x{size}")
     return images
 
+CACHE_ENV = "CTL_EXPLORE_CACHE"  # a folder for ImageNet100's decoded tensors, instead of each ImageNet folder's .cache
+
+def imagenet_cache_dir(root: str | Path) -> Path:
+    "Where ImageNet100's decoded tensors are kept by default: $CTL_EXPLORE_CACHE if set, else `root`/.cache (the ImageNet folder's own)."
+    env = os.environ.get(CACHE_ENV)
+    return Path(env).expanduser() if env else Path(root).expanduser() / ".cache"
+
+def _read_cache(path: Path, key: str, shape: tuple) -> Tensor | None:
+    "The images cached in `path`, or None if there are none; a damaged file, or one made for other files, is ignored with a warning."
+    if not path.is_file(): return None
+    try:
+        saved = torch.load(path, weights_only=True)
+        images = saved.get("images") if isinstance(saved, dict) and saved.get("key") == key else None
+        if isinstance(images, Tensor) and images.dtype == torch.uint8 and tuple(images.shape) == shape: return images
+        why = "it holds other images"
+    except Exception as e: why = f"{type(e).__name__}: {e}"  # a truncated or overwritten file: torch.load's errors vary
+    warnings.warn(f"ignoring the cache file {path} ({why}); decoding the images again and replacing it")
+    return None
+
 def _load_imagenet100(root: Path, train: bool, image_size: int, classes, max_per_class, num_workers, cache_dir, progress,
                       full_images: bool = False) -> ImageData:
     files, labels, wnids = imagenet100_files(root, train, classes, max_per_class)
     if full_images: return ImageData(ImageFiles(files, image_size, num_workers=num_workers), labels, wnids, "imagenet100", train)
-    key = hashlib.sha1("\n".join([str(image_size)] + [str(f.relative_to(root)) for f in files]).encode()).hexdigest()[:16]
-    cache = Path(cache_dir).expanduser() / f"imagenet100_{'train' if train else 'val'}_{image_size}px_{key}.pt" if cache_dir else None
-    if cache is not None and cache.is_file():
-        images = torch.load(cache, weights_only=True)
-    else:
+    # the cache's name and content are tied to the folder, the image size and the exact list of files
+    key = hashlib.sha1("\n".join([str(image_size), str(root.resolve())] + [str(f.relative_to(root)) for f in files]).encode()).hexdigest()
+    folder = imagenet_cache_dir(root) if cache_dir is True else Path(cache_dir).expanduser() if cache_dir else None
+    cache = folder / f"imagenet100_{'train' if train else 'val'}_{image_size}px_{key[:16]}.pt" if folder is not None else None
+    images = _read_cache(cache, key, (len(files), 3, image_size, image_size)) if cache is not None else None
+    if images is None:
         images = _decode_all(files, image_size, num_workers, progress)
         if cache is not None:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            torch.save(images, cache.with_suffix(".tmp")); cache.with_suffix(".tmp").replace(cache)
+            try: _write_atomically(cache, lambda f: torch.save({"key": key, "images": images}, f))
+            except OSError as e:  # a read-only ImageNet folder, a full disk: train anyway, without the cache
+                warnings.warn(f"could not write the cache {cache} ({type(e).__name__}: {e}); set ${CACHE_ENV} or pass "
+                              f"cache_dir= a writable folder to keep the decoded images")
     return ImageData(images, labels, wnids, "imagenet100", train)
 
 # %% ../nbs/04_data.ipynb #e75eac83
@@ -451,7 +473,7 @@ def load_dataset(
     classes: Sequence[str] | None = None,   # imagenet100 only: a subset of IMAGENET100_CLASSES
     max_per_class: int | None = None,       # imagenet100 only: at most this many images per class
     num_workers: int | None = None,         # imagenet100 only: decoding threads (default min(8, CPUs))
-    cache_dir: str | Path | None = None,    # imagenet100 only: keep the decoded tensor there and reuse it
+    cache_dir: str | Path | bool | None = True, # imagenet100 only: keep the decoded tensor there (True: imagenet_cache_dir(root); False/None: never)
     progress: bool = True,                  # imagenet100 only: a progress bar while decoding
     full_images: bool = False,              # imagenet100 only: keep the files, decode each batch at full resolution ([WL21]'s protocol)
 ) -> ImageData:
@@ -462,11 +484,11 @@ def load_dataset(
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise ValueError(f"image_size must be an integer >= 1 or None, got {image_size!r}")
     if name != "imagenet100":
-        extra = dict(classes=classes, max_per_class=max_per_class, num_workers=num_workers, cache_dir=cache_dir,
-                     full_images=full_images or None)
+        extra = dict(classes=classes, max_per_class=max_per_class, num_workers=num_workers,
+                     cache_dir=None if cache_dir is True or cache_dir is False else cache_dir, full_images=full_images or None)
         given = [k for k, v in extra.items() if v is not None]
         if given: raise ValueError(f"{', '.join(given)} only apply to imagenet100, not {name!r}")
-    if full_images and cache_dir is not None:
+    if full_images and cache_dir is not True and cache_dir is not False and cache_dir is not None:
         raise ValueError("cache_dir does not apply with full_images=True: the files are decoded batch by batch, nothing is cached")
     if name == "digits":
         data = _load_digits(train, size)

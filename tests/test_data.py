@@ -804,3 +804,114 @@ def test_mnist_preset_and_normalisation(mnist_root):
     images = load_dataset("mnist", root=root).images
     v1, v2 = TwoViewAugment("mnist")(images, torch.Generator().manual_seed(0))
     assert v1.shape == (7, 1, 28, 28) and not torch.equal(v1, v2)
+
+
+# ---------------------------------------------------------------- ImageNet100 decoded once, by default (issue 16)
+import threading
+import warnings
+
+from ctl_explore.data import CACHE_ENV, imagenet_cache_dir
+
+
+def _small_imagenet(root: Path, n_classes: int = 3, per_class: int = 2) -> Path:
+    for i, wnid in enumerate(IMAGENET100_CLASSES[:n_classes]):
+        for k in range(per_class):
+            write_jpeg(root / "val" / wnid / f"{wnid}_{k}.JPEG", size=(20 + 4 * k, 16), colour=(30 * i, 10 * k, 90))
+    return root
+
+
+def _no_decoding(monkeypatch):
+    monkeypatch.setattr(data_module, "_decode_square", lambda *a: (_ for _ in ()).throw(AssertionError("decoded again")))
+
+
+def test_imagenet100_is_cached_in_its_folder_by_default(tmp_path, monkeypatch):
+    monkeypatch.delenv(CACHE_ENV, raising=False)
+    root = _small_imagenet(tmp_path / "imagenet")
+    kwargs = dict(root=root, train=False, classes=IMAGENET100_CLASSES[:3], image_size=8, progress=False)
+    first = load_dataset("imagenet100", **kwargs)
+    assert imagenet_cache_dir(root) == root / ".cache" and len(list((root / ".cache").glob("imagenet100_val_8px_*.pt"))) == 1
+    assert not [p for p in (root / ".cache").iterdir() if p.suffix == ".tmp"]
+    _no_decoding(monkeypatch)
+    assert torch.equal(load_dataset("imagenet100", **kwargs).images, first.images)
+    with pytest.raises(AssertionError, match="decoded again"):  # cache_dir=False: no cache, read or written
+        load_dataset("imagenet100", **kwargs, cache_dir=False)
+    with pytest.raises(AssertionError, match="decoded again"):  # other files: another cache entry
+        load_dataset("imagenet100", **{**kwargs, "classes": IMAGENET100_CLASSES[:2]})
+
+
+def test_imagenet100_cache_folder_from_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "shared_cache"))
+    root = _small_imagenet(tmp_path / "imagenet")
+    assert imagenet_cache_dir(root) == tmp_path / "shared_cache"
+    load_dataset("imagenet100", root=root, train=False, classes=IMAGENET100_CLASSES[:3], image_size=8, progress=False)
+    assert len(list((tmp_path / "shared_cache").glob("*.pt"))) == 1 and not (root / ".cache").exists()
+
+
+def test_imagenet100_cache_opt_out_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.delenv(CACHE_ENV, raising=False)
+    root = _small_imagenet(tmp_path / "imagenet")
+    for off in (False, None):
+        load_dataset("imagenet100", root=root, train=False, classes=IMAGENET100_CLASSES[:3], image_size=8, progress=False,
+                     cache_dir=off)
+    assert not (root / ".cache").exists()
+    load_dataset("imagenet100", root=root, train=False, classes=IMAGENET100_CLASSES[:3], full_images=True)  # the default cache does not conflict with full_images
+    assert not (root / ".cache").exists()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "other_images", "bare_tensor"])
+def test_imagenet100_damaged_cache_is_rebuilt_not_trusted(tmp_path, monkeypatch, damage):
+    monkeypatch.delenv(CACHE_ENV, raising=False)
+    root = _small_imagenet(tmp_path / "imagenet")
+    kwargs = dict(root=root, train=False, classes=IMAGENET100_CLASSES[:3], image_size=8, progress=False)
+    good = load_dataset("imagenet100", **kwargs).images
+    (cache,) = (root / ".cache").glob("*.pt")
+    if damage == "truncated": cache.write_bytes(cache.read_bytes()[:len(cache.read_bytes()) // 2])
+    elif damage == "garbage": cache.write_bytes(b"\x00" * 64)
+    elif damage == "other_images": torch.save({"key": "another", "images": good.flip(0)}, cache)
+    else: torch.save(good.flip(0), cache)  # the format of earlier versions: a bare tensor
+    with pytest.warns(UserWarning, match="ignoring the cache file"):
+        again = load_dataset("imagenet100", **kwargs).images
+    assert torch.equal(again, good)
+    _no_decoding(monkeypatch)  # rewritten whole: the next call trusts it
+    assert torch.equal(load_dataset("imagenet100", **kwargs).images, good)
+
+
+def test_imagenet100_unwritable_cache_warns_and_goes_on(tmp_path, monkeypatch):
+    monkeypatch.delenv(CACHE_ENV, raising=False)
+    root = _small_imagenet(tmp_path / "imagenet")
+    def refuse(path, write): raise PermissionError(13, "Permission denied", str(path))
+    monkeypatch.setattr(data_module, "_write_atomically", refuse)
+    with pytest.warns(UserWarning, match="could not write the cache"):
+        data = load_dataset("imagenet100", root=root, train=False, classes=IMAGENET100_CLASSES[:3], image_size=8, progress=False)
+    assert data.images.shape == (6, 3, 8, 8)
+
+
+def test_concurrent_writers_leave_one_whole_cache_file(tmp_path, monkeypatch):
+    "Two loaders decoding at once (threads here; separate processes rename the same way) each write a whole file."
+    monkeypatch.delenv(CACHE_ENV, raising=False)
+    root = _small_imagenet(tmp_path / "imagenet", n_classes=4, per_class=3)
+    kwargs = dict(root=root, train=False, classes=IMAGENET100_CLASSES[:4], image_size=8, progress=False, num_workers=1)
+    barrier, real_save, results = threading.Barrier(2), torch.save, []
+    def slow_save(obj, f):  # both writers reach the write together, and write slowly
+        barrier.wait(timeout=30)
+        real_save(obj, f)
+    monkeypatch.setattr(torch, "save", slow_save)
+    threads = [threading.Thread(target=lambda: results.append(load_dataset("imagenet100", **kwargs).images)) for _ in range(2)]
+    for t in threads: t.start()
+    for t in threads: t.join(timeout=60)
+    monkeypatch.setattr(torch, "save", real_save)
+    assert len(results) == 2 and torch.equal(results[0], results[1])
+    files = list((root / ".cache").iterdir())
+    assert len(files) == 1 and files[0].suffix == ".pt"  # no temporary file left behind
+    _no_decoding(monkeypatch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a damaged file would warn
+        assert torch.equal(load_dataset("imagenet100", **kwargs).images, results[0])
+
+
+def test_write_atomically_cleans_up_after_a_failed_write(tmp_path):
+    target = tmp_path / "sub" / "file.bin"
+    data_module._write_atomically(target, lambda f: f.write(b"first"))
+    with pytest.raises(RuntimeError, match="boom"):
+        data_module._write_atomically(target, lambda f: (f.write(b"half"), (_ for _ in ()).throw(RuntimeError("boom"))))
+    assert target.read_bytes() == b"first" and [p.name for p in target.parent.iterdir()] == ["file.bin"]
