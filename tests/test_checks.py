@@ -244,3 +244,20 @@ def test_value_checks_off_read_nothing():
     with value_checks(False), count_host_syncs() as off:
         check_bank_inputs(q, bank, idx); check_similarities(q[:, 0], q)
     assert off.total == 0
+
+
+def test_host_copies_are_counted_by_direction():
+    "No GPU here: the classification of a copy is checked on the arguments the dispatcher would pass on one."
+    from ctl_explore.checks import _sync_of
+    aten = torch.ops.aten
+    cpu = torch.zeros(3)
+
+    class OnCuda:  # stands in for a CUDA tensor as a copy's destination
+        device = torch.device("cuda", 0)
+
+    assert _sync_of(aten._to_copy.default, (cpu,), {"device": torch.device("cuda", 0)}) == "copy cpu->cuda"
+    assert _sync_of(aten._to_copy.default, (cpu,), {"device": torch.device("cuda"), "non_blocking": True}) == "copy cpu->cuda"  # not pinned
+    assert _sync_of(aten.copy_.default, (OnCuda(), cpu), {}) == "copy cpu->cuda"
+    assert _sync_of(aten._to_copy.default, (cpu,), {"dtype": torch.float64}) is None            # same device: no copy across
+    assert _sync_of(aten._to_copy.default, (cpu,), {"device": torch.device("meta")}) is None     # meta tensors hold no data
+    assert _sync_of(aten.add.Tensor, (cpu, cpu), {}) is None
