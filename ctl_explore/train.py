@@ -29,8 +29,9 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from .checks import check_bool, check_choice, check_in_range, check_int, check_nonnegative, check_positive, value_checks
-from .data import (DATASETS, AugmentParams, DatasetNotFoundError, FullImages, ImageData, TwoViewAugment, ViewDraws,
-                              augment_view, data_root, load_dataset, sample_view, to_float)
+from .data import (
+    DATASETS, AugmentParams, DatasetNotFoundError, FullImages, ImageData, TwoViewAugment, ViewDraws, augment_view, data_root,
+    load_dataset, sample_view, to_float)
 from .generalized import FEATURE_LOSS_NAMES, FEATURE_LOSS_PARAMS, apply_feature_loss
 from .losses import LOSS_NAMES, LOSS_PARAMS, n_informative
 from .memory_bank import MemoryBank, batch_loss
@@ -641,7 +642,7 @@ LOG_EVERY = 25  # steps between two updates of the progress bar's running loss, 
 
 def _train_epoch(step: Callable, net: torch.nn.Module, optimizer: torch.optim.Optimizer, bank: MemoryBank | None,
                  train: ImageData, augment: TwoViewAugment, config: PretrainConfig, loss_params: dict,
-                 generator: torch.Generator, epoch: int, bar: tqdm, log_every: int = LOG_EVERY) -> Tensor:
+                 generator: torch.Generator, bar: tqdm, log_every: int = LOG_EVERY) -> Tensor:
     "The steps of one epoch; the sum of their losses, on the device. Nothing is read on the host except the bar's loss every `log_every` steps."
     rank, world = _distributed()
     local = config.batch_size // world
@@ -787,7 +788,7 @@ def _pretrain(config: PretrainConfig, out_dir: Path, quiet: bool, restart: bool,
             bar = tqdm(range(steps), desc=f"epoch {epoch + 1}/{config.epochs}", disable=quiet or rank > 0, leave=False)
             start = time.perf_counter()
             try: total = _train_epoch(step, net, optimizer, bank if config.negatives == "bank" else None, train, augment,
-                                      config, params, generator, epoch, bar)
+                                      config, params, generator, bar)
             except FloatingPointError as e: raise _diverged(config, epoch, lr, str(e)) from None
             seconds = time.perf_counter() - start
             if world > 1: dist.all_reduce(total); total /= world

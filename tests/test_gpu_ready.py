@@ -154,14 +154,14 @@ def test_the_epoch_reads_the_loss_only_at_its_logging_points():
         bar = tqdm(range(steps), disable=False, leave=False)
         with count_host_syncs() as syncs:
             total = train_mod._train_epoch(training_step, model, optimizer, bank, data, TwoViewAugment("digits"), config,
-                                           params, torch.Generator().manual_seed(0), 0, bar, log_every=log_every)
+                                           params, torch.Generator().manual_seed(0), bar, log_every=log_every)
         bar.close()
         assert syncs.total == shown and set(syncs.ops) <= {"aten._local_scalar_dense"}, (log_every, syncs)  # steps 2, 4, 6
         assert math.isfinite(total.item())
     quiet = tqdm(range(steps), disable=True)
     with count_host_syncs() as syncs:
         train_mod._train_epoch(training_step, model, optimizer, bank, data, TwoViewAugment("digits"), config, params,
-                               torch.Generator().manual_seed(0), 0, quiet, log_every=1)
+                               torch.Generator().manual_seed(0), quiet, log_every=1)
     assert syncs.total == 0, syncs
 
 

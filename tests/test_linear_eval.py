@@ -187,7 +187,8 @@ def test_probe_augmentation_is_geometric_only():
     for v, a, b in zip(view, plain, plain.flip(-1)):                                     # each image, or its mirror image
         assert torch.allclose(v, a, atol=1e-4) or torch.allclose(v, b, atol=1e-4)
     with pytest.raises(ValueError, match="dataset must be one of"):
-        probe_augment_params("mnist")
+        probe_augment_params("imagenet1k")
+    assert probe_augment_params("mnist").crop_scale == (1.0, 1.0) and probe_augment_params("mnist").flip_p == 0.0  # the plain image
 
 
 def test_linear_eval_with_the_papers_options(run_dir):
