@@ -13,7 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctl_explore.data import TwoViewAugment, load_dataset
-from ctl_explore import data as data_module
 from ctl_explore.data import ImageData
 from ctl_explore.suppression import (
     RANDBIT_CONFIG, RANDBIT_MNIST_PAPER, SCALES, MultiDigits, RandBit, SuppressionConfig, SuppressionExplorer,
@@ -360,7 +359,6 @@ def test_paper_preset_runs_on_mnist_shaped_data_in_memory(tmp_path, capsys):
 
 
 def _write_idx(path, array, magic):
-    import gzip  # noqa: F401  (plain files: torchvision reads the uncompressed raw files)
     import struct
     dims = array.shape
     with open(path, "wb") as f:
@@ -368,7 +366,6 @@ def _write_idx(path, array, magic):
         f.write(array.astype("uint8").tobytes())
 
 
-@pytest.mark.skipif("mnist" not in data_module.DATASETS, reason="load_dataset('mnist') not in ctl_explore.data yet")
 def test_paper_preset_runs_on_fabricated_mnist_files(tmp_path, capsys):
     raw = tmp_path / "MNIST" / "raw"
     raw.mkdir(parents=True)
@@ -376,6 +373,7 @@ def test_paper_preset_runs_on_fabricated_mnist_files(tmp_path, capsys):
         fake = _fake_mnist(n, split)
         _write_idx(raw / f"{prefix}-images-idx3-ubyte", fake.images[:, 0].numpy(), 2051)
         _write_idx(raw / f"{prefix}-labels-idx1-ubyte", fake.labels.numpy(), 2049)
+    assert torch.equal(load_dataset("mnist", root=tmp_path, train=False).images, _fake_mnist(100, False).images)
     rows = randbit_mnist_paper(tmp_path / "runs", root=tmp_path, ks=(0, 5), taus=(0.1,), config=TOY_PAPER, progress=False)
     assert [r["k"] for r in rows] == [0, 5] and rows[0]["n_test"] == 100
     assert "/ 89.2" in capsys.readouterr().out
