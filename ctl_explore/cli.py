@@ -35,11 +35,11 @@ PRETRAIN_HELP = {
     "head": f"projection head: {', '.join(HEADS)}",
     "out_dim": "embedding dimension",
     "loss": f"loss: {', '.join(LOSS_NAMES)}; or CLL20's {', '.join(FEATURE_LOSS_NAMES)} (these need --negatives batch)",
-    "tau": "temperature τ (contrastive, hard_contrastive, triplet_limit, simple_limit, nt_xent, decoupled_nt_xent, align_logsumexp)",
+    "tau": "temperature τ (contrastive, hard_contrastive, triplet_limit, simple_limit, nt_xent, dcl, decoupled_nt_xent, align_logsumexp)",
     "alpha": "fraction of negatives kept by the hard losses (WL21: 0.0819 CIFAR, 0.0315 SVHN, 0.034 ImageNet100)",
     "lam": "weight λ of the negatives in simple and hard_simple (default: WL21 Eq 7's λ = 1/K, K the negatives the loss sees: "
            "the bank's n_train − 1 other rows or the batch's 2B − 2 other views; for hard_simple the ⌈αK⌉ it keeps), or of the "
-           "distribution loss in align_logsumexp and align_swd (default: 1)",
+           "distribution loss in decoupled_nt_xent, align_logsumexp and align_swd (default: 1)",
     "negatives": f"where negatives come from: {', '.join(NEGATIVES)} (memory bank, or the other views of the batch)",
     "bank_momentum": "memory-bank moving-average momentum",
     "bank_precision": f"memory-bank storage: {', '.join(PRECISIONS)}. bf16 is a CPU option: half the memory and faster bank "

@@ -89,9 +89,9 @@ class PretrainConfig:
     head: str = "linear"               # projection head: "linear" ([WL21]) or "mlp" ([CLL20])
     out_dim: int = 128                 # embedding size
     loss: str = "contrastive"          # one of PRETRAIN_LOSSES: LOSS_NAMES, or FEATURE_LOSS_NAMES with negatives="batch"
-    tau: float = 0.2                   # temperature (contrastive, hard_contrastive, the two limits, nt_xent, decoupled_nt_xent, align_logsumexp)
+    tau: float = 0.2                   # temperature (contrastive, hard_contrastive, the two limits, nt_xent, dcl, decoupled_nt_xent, align_logsumexp)
     alpha: float = 0.0819              # fraction of negatives kept (hard_contrastive, hard_simple)
-    lam: float | None = None           # weight λ of the negatives (simple, hard_simple) or of the distribution loss (align_*); None: default_lam
+    lam: float | None = None           # weight λ of the negatives (simple, hard_simple) or of the distribution loss (decoupled_nt_xent, align_*); None: default_lam
     negatives: str = "bank"            # "bank": memory bank of the whole dataset; "batch": the other views of the batch
     bank_momentum: float = 0.5         # memory-bank moving-average momentum
     bank_precision: str = "fp32"       # memory-bank storage: "fp32", or "bf16", a CPU option (half the memory, faster similarities);
@@ -166,8 +166,8 @@ def default_lam(
     n_negatives: int | None = None, # K, the negatives the loss sees (needed by simple and hard_simple)
     alpha: float = 0.0819,          # hard_simple: the fraction of the negatives it keeps
 ) -> float:
-    "λ when none is given: [WL21] Eq 7's 1/K for simple (1/⌈αK⌉ for hard_simple, over the negatives it keeps); 1 for align_*."
-    if loss in ("align_logsumexp", "align_swd"): return 1.0
+    "λ when none is given: [WL21] Eq 7's 1/K for simple (1/⌈αK⌉ for hard_simple, over the negatives it keeps); 1 for decoupled_nt_xent and align_* (the colab's default weight)."
+    if loss in ("decoupled_nt_xent", "align_logsumexp", "align_swd"): return 1.0
     if loss not in ("simple", "hard_simple"): raise ValueError(f"the {loss} loss takes no λ")
     if not _is_int(n_negatives) or n_negatives < 1:
         raise ValueError(f"the {loss} loss's default λ is 1/K ([WL21] Eq 7), so it needs n_negatives, the number K >= 1 of "
