@@ -42,8 +42,8 @@ PRETRAIN_HELP = {
            "distribution loss in decoupled_nt_xent, align_logsumexp and align_swd (default: 1)",
     "negatives": f"where negatives come from: {', '.join(NEGATIVES)} (memory bank, or the other views of the batch)",
     "bank_momentum": "memory-bank moving-average momentum",
-    "bank_precision": f"memory-bank storage: {', '.join(PRECISIONS)}. bf16 is a CPU option: half the memory and faster bank "
-                      "similarities, the bank's rows rounded to ~3 digits; on CUDA it halves the memory only (the similarities "
+    "bank_precision": f"memory-bank storage: {', '.join(PRECISIONS)}. bf16 is a CPU option: half the memory, faster bank "
+                      "similarities on some CPUs (time it: benchmarks/bench_memory_bank.py), the bank's rows rounded to ~3 digits; on CUDA it halves the memory only (the similarities "
                       "are computed in float32 there) (default: fp32)",
     "epochs": "pretraining epochs",
     "batch_size": "global batch size (over all processes)",

@@ -94,7 +94,7 @@ class PretrainConfig:
     lam: float | None = None           # weight λ of the negatives (simple, hard_simple) or of the distribution loss (decoupled_nt_xent, align_*); None: default_lam
     negatives: str = "bank"            # "bank": memory bank of the whole dataset; "batch": the other views of the batch
     bank_momentum: float = 0.5         # memory-bank moving-average momentum
-    bank_precision: str = "fp32"       # memory-bank storage: "fp32", or "bf16", a CPU option (half the memory, faster similarities);
+    bank_precision: str = "fp32"       # memory-bank storage: "fp32", or "bf16", a CPU option (half the memory; faster on some CPUs);
                                        # on CUDA bf16 halves the memory only: the similarities are computed in float32 there
     epochs: int = 50
     batch_size: int = 128              # the global batch, over all processes
