@@ -244,9 +244,8 @@ def _sync_of(func, args, kwargs) -> str | None:
     if op == "aten.index" and any(isinstance(i, Tensor) and i.dtype == torch.bool for i in args[1]): return "aten.index (boolean mask)"
     if op in ("aten.index_put", "aten.index_put_") and any(isinstance(i, Tensor) and i.dtype == torch.bool for i in args[1] if i is not None):
         return "aten.index_put (boolean mask)"
-    if op == "aten.repeat_interleave" and isinstance(args[0], Tensor) and kwargs.get("output_size") is None and \
-            (len(args) < 2 or isinstance(args[1], Tensor)) and not isinstance(args[0], int) and args[0].dtype != torch.bool:
-        return "aten.repeat_interleave" if func.__name__.split(".")[-1] in ("Tensor", "self_Tensor") else None
+    if op == "aten.repeat_interleave" and func.__name__.split(".")[-1] in ("Tensor", "self_Tensor") and kwargs.get("output_size") is None:
+        return op  # repeats given as a tensor, the output size left to be read from it
     if op in ("aten._to_copy", "aten.copy_"):
         if op == "aten._to_copy": src, dst = args[0], kwargs.get("device") or args[0].device
         else: src, dst = args[1], args[0].device
