@@ -341,7 +341,7 @@ def _model(run_dir):
 
 
 def test_unsettled_runs_are_stretched_up_to_the_cap(tmp_path, monkeypatch):
-    import ctl_explore.study as study
+    import ctl_explore.study_runs as study
     torch.set_num_threads(1)
     monkeypatch.setattr(study, "_settled", lambda *a, **k: False)  # a window that never settles
     rows = run_study(STRETCHY, tmp_path / "s", quiet=True, workers=1)
@@ -371,7 +371,7 @@ def test_unsettled_runs_are_stretched_up_to_the_cap(tmp_path, monkeypatch):
 
 
 def test_settled_runs_keep_their_schedule(tmp_path, monkeypatch):
-    import ctl_explore.study as study
+    import ctl_explore.study_runs as study
     torch.set_num_threads(1)
     monkeypatch.setattr(study, "_settled", lambda *a, **k: True)
     rows = run_study(STRETCHY, tmp_path / "s", quiet=True, workers=1)
@@ -380,7 +380,7 @@ def test_settled_runs_keep_their_schedule(tmp_path, monkeypatch):
 
 def test_a_stretched_run_equals_one_planned_that_long(tmp_path, monkeypatch):
     "Stretched at its first drop and resumed by the study, a run is the very run that was configured with the longer schedule."
-    import ctl_explore.study as study
+    import ctl_explore.study_runs as study
     from ctl_explore.train import pretrain
     torch.set_num_threads(1)
     preset = dataclasses.replace(STRETCHY, max_epochs=15)
