@@ -36,11 +36,12 @@ from .train import (EXECUTION_KEYS, CheckpointError, PretrainConfig, RunBusyErro
                     load_checkpoint, lr_at, pretrain, run_identity, run_lock, save_checkpoint, threads_for, write_json_atomic)
 
 # %% auto #0
-__all__ = ['CRITERIA', 'WL21_TAUS', 'PRESETS', 'RESULT_FORMAT', 'RESULT_KEYS', 'TRAJECTORY_KEYS', 'SIGNIFICANCE', 'PEAK_WINDOW',
-           'CLAIMS', 'RULES', 'LOSS_STYLE', 'effective_rank', 'collapse_diagnostics', 'Criteria', 'first_drop',
-           'check_run', 'StudyPreset', 'get_preset', 'study_configs', 'run_name', 'neighbour_purity', 'run_embeddings',
-           'measure_run', 'usable', 'metric_value', 'summarize', 'curve', 'Trend', 'trend', 'noise_margin',
-           'direction_verdict', 'Finding', 'findings', 'study_figures', 'trajectory_figure', 'table1']
+__all__ = ['CRITERIA', 'KNN_CRITERIA', 'MIN_WINDOW_POINTS', 'TAU_GRID', 'PRESETS', 'RESULT_FORMAT', 'RESULT_KEYS',
+           'TRAJECTORY_KEYS', 'SIGNIFICANCE', 'PEAK_WINDOW', 'CLAIMS', 'RULES', 'LOSS_STYLE', 'effective_rank',
+           'collapse_diagnostics', 'Criteria', 'first_drop', 'window_epochs', 'check_run', 'StudyPreset', 'get_preset',
+           'study_configs', 'run_name', 'neighbour_purity', 'run_embeddings', 'measure_run', 'usable', 'metric_value',
+           'summarize', 'curve', 'Trend', 'trend', 'noise_margin', 'direction_verdict', 'Finding', 'findings',
+           'study_figures', 'trajectory_figure', 'table1']
 
 # %% ../nbs/09_temperature_study.ipynb #8a4db458
 def effective_rank(x: torch.Tensor) -> float:
@@ -67,13 +68,24 @@ def collapse_diagnostics(config: PretrainConfig, run_dir: str | Path, epochs: in
 # %% ../nbs/09_temperature_study.ipynb #5724da70
 @dataclass(frozen=True)
 class Criteria:
-    "What a run must show before its numbers count as evidence (fixed before the study's verdicts were looked at)."
-    window: float = 0.25          # the last quarter of the constant-learning-rate stretch
-    uniformity_change: float = 0.15  # at most this much change of uniformity over the window (fitted slope × window length)
-    knn_change: float = 0.02      # at most this much change of the kNN monitor's accuracy over the window
-    collapse_floor: float = 0.5   # a final uniformity below this is a collapsed embedding
+    "What a run must show before its numbers count as evidence; by default every measurement it reads is label-free."
+    window: float = 0.25                   # the last quarter of the constant-learning-rate stretch
+    uniformity_change: float = 0.15        # at most this much change of uniformity over the window (fitted slope × window length)
+    alignment_change: float | None = 0.04  # at most this much change of alignment (= 2 − 2 × positive cosine: 0.02 of cosine)
+    knn_change: float | None = None        # at most this much change of the kNN monitor's accuracy (None: not judged; it reads test labels)
+    collapse_floor: float = 0.5            # a final uniformity below this is a collapsed embedding
+
+    def describe(self) -> str:
+        "The criteria in one sentence, from their values."
+        parts = [f"uniformity by at most {self.uniformity_change:g}"]
+        if self.alignment_change is not None: parts.append(f"alignment by at most {self.alignment_change:g}")
+        if self.knn_change is not None: parts.append(f"the kNN monitor's accuracy by at most {self.knn_change:g}")
+        return (f"over the last {self.window:.0%} of the constant-learning-rate stretch the fitted change of "
+                + " and of ".join(parts) + f"; final uniformity at least {self.collapse_floor:g}"
+                + ("" if self.knn_change is not None else "; no test label is read"))
 
 CRITERIA = Criteria()
+KNN_CRITERIA = Criteria(alignment_change=None, knn_change=0.02)  # the criteria of the pilot and of the study's first three runs
 
 def _fitted_change(points: list[tuple[int, float]]) -> float:
     "Theil–Sen slope (the median of the slopes between every pair) of (epoch, value) points, times the span of their epochs."
@@ -85,24 +97,41 @@ def first_drop(config: PretrainConfig) -> int:
     "The epoch at which the run's learning rate first drops (its length when it never does): the end of the constant stretch."
     return min((round(f * config.epochs) for f in config.lr_drops), default=config.epochs)
 
+MIN_WINDOW_POINTS = 3  # a slope needs a few measured epochs
+
+def window_epochs(config: PretrainConfig, criteria: Criteria = CRITERIA) -> list[int]:
+    "The epochs a run of `config` measures inside its criteria window (its last measured epoch before the first drop, back a quarter of the stretch)."
+    measured = [e for e in range(1, config.epochs + 1) if e % config.eval_every == 0 or e == config.epochs]
+    end = max((e for e in measured if e <= first_drop(config)), default=None)
+    if end is None: return []
+    start = end - criteria.window * (end - config.warmup_epochs)
+    return [e for e in measured if start <= e <= end]
+
 def check_run(history: list[dict], config: PretrainConfig, criteria: Criteria = CRITERIA) -> dict:
-    "Did the run converge, and did it collapse? `history`: its per-epoch records (metrics.jsonl), measured epochs holding `uniformity` and `knn_accuracy`."
+    "Did the run converge, and did it collapse? `history`: its per-epoch records (metrics.jsonl); measured epochs hold `uniformity` and what `criteria` judges."
     measured = [r for r in history if isinstance(r.get("uniformity"), (int, float)) and math.isfinite(r["uniformity"])]
     if not measured: raise ValueError("history holds no measured epoch (no 'uniformity' values)")
     end = max((r["epoch"] for r in measured if r["epoch"] <= first_drop(config)), default=None)
     start = end - criteria.window * (end - config.warmup_epochs) if end is not None else None
     window = [r for r in measured if end is not None and start <= r["epoch"] <= end]
     out = dict(collapsed=measured[-1]["uniformity"] < criteria.collapse_floor, final_uniformity=measured[-1]["uniformity"],
-               window=None, uniformity_change=None, knn_change=None, converged=False)
-    if len(window) >= 3:  # a slope needs a few measured epochs
-        du = _fitted_change([(r["epoch"], r["uniformity"]) for r in window])
-        dk = _fitted_change([(r["epoch"], r["knn_accuracy"]) for r in window])
-        out.update(window=(window[0]["epoch"], window[-1]["epoch"]), uniformity_change=du, knn_change=dk,
-                   converged=abs(du) <= criteria.uniformity_change and abs(dk) <= criteria.knn_change)
+               window=None, uniformity_change=None, alignment_change=None, knn_change=None, converged=False)
+    if len(window) < MIN_WINDOW_POINTS: return out
+    change = lambda key: (_fitted_change([(r["epoch"], r[key]) for r in window])
+                          if all(isinstance(r.get(key), (int, float)) for r in window) else None)
+    du, da, dk = change("uniformity"), change("alignment"), change("knn_accuracy")
+    for key, limit, value in (("alignment", criteria.alignment_change, da), ("knn_accuracy", criteria.knn_change, dk)):
+        if limit is not None and value is None:
+            raise ValueError(f"history's window epochs {window[0]['epoch']}–{window[-1]['epoch']} lack {key!r}, which the criteria judge")
+    out.update(window=(window[0]["epoch"], window[-1]["epoch"]), uniformity_change=du, alignment_change=da, knn_change=dk,
+               converged=abs(du) <= criteria.uniformity_change
+               and (criteria.alignment_change is None or abs(da) <= criteria.alignment_change)
+               and (criteria.knn_change is None or abs(dk) <= criteria.knn_change))
     return out
 
+
 # %% ../nbs/09_temperature_study.ipynb #4aae6a4b
-WL21_TAUS = (0.05, 0.07, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
+TAU_GRID = (0.05, 0.07, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)  # our grid over the range of [WL21]'s figures; its text names only 0.2 and 0.3 (best)
 
 @dataclass(frozen=True)
 class StudyPreset:
@@ -119,7 +148,7 @@ class StudyPreset:
     batch_size: int = 128
     lr: float = 0.03
     weight_decay: float = 5e-4
-    taus: tuple[float, ...] = WL21_TAUS
+    taus: tuple[float, ...] = TAU_GRID
     seeds: tuple[int, ...] = (0, 1, 2)
     alpha: float = 0.0819
     hard_simple_k: int | None = None  # HardSimple's nearest negatives (WL21: 4095); None: as many as the hard loss keeps
@@ -146,16 +175,16 @@ class StudyPreset:
         "(extend_epochs, max_epochs): how a run that has not settled is lengthened (see `stretch_run`)."
         return self.extend_epochs, self.max_epochs
 
-_PAPER = dict(epochs=200, warmup_epochs=0, hard_simple_k=4095, device="cuda", precision="bf16", probe_normalize=False, probe_augment=True)
+_PAPER = dict(epochs=200, warmup_epochs=0, eval_every=5, hard_simple_k=4095, device="cuda", precision="bf16", probe_normalize=False, probe_augment=True)
 PRESETS = {
     "smoke": StudyPreset("smoke", width=4, epochs=3, warmup_epochs=1, taus=(0.1, 0.5), seeds=(0, 1), linear_epochs=5,
                          note="a miniature for tests: seconds, numbers meaningless"),
     "digits": StudyPreset("digits", width=8, image_size=8, epochs=200, warmup_epochs=20, eval_every=5,
-                          taus=(0.05, 0.1, 0.2, 0.5, 1.0), extend_epochs=50, max_epochs=400,
-                          note="the embedded default: 36 runs of a width-8 ConvNet on 1438 digits at their native 8 × 8 pixels, "
+                          taus=(0.05, 0.1, 0.2, 0.3, 0.5, 1.0), extend_epochs=50, max_epochs=400,
+                          note="the embedded default: 42 runs of a width-8 ConvNet on 1438 digits at their native 8 × 8 pixels, "
                                "200 epochs with a 20-epoch warm-up (a run not yet settled at its first lr drop is stretched by 50 epochs at a "
-                               "time, up to 400), chosen by the convergence criteria of lesson 09; about 10 minutes "
-                               "on 2 CPU cores (benchmarks/results/study.md)"),
+                               "time, up to 400), chosen by the convergence criteria of lesson 09; its time on 2 CPU cores "
+                               "is in benchmarks/results/study.md"),
     "cifar10-paper": StudyPreset("cifar10-paper", dataset="cifar10", backbone="resnet18", alpha=0.0819, **_PAPER,
                                  note="[WL21] CIFAR10: ResNet18, 200 epochs, 4095 hard negatives"),
     "cifar100-paper": StudyPreset("cifar100-paper", dataset="cifar100", backbone="resnet18", alpha=0.0819, **_PAPER,
@@ -213,11 +242,25 @@ def neighbour_purity(z: torch.Tensor, labels: torch.Tensor, k: int = 10) -> floa
     return float((labels[nearest] == labels[:, None]).float().mean())
 
 # %% ../nbs/09_temperature_study.ipynb #45413963
-RESULT_FORMAT = "ctl_explore.study-result/2"   # bumped whenever a row's meaning changes: older rows are measured again
+RESULT_FORMAT = "ctl_explore.study-result/3"   # bumped whenever a row's meaning changes: older rows are measured again
 RESULT_KEYS = ("run", "loss", "tau", "alpha", "lam", "seed", "linear_top1", "uniformity", "tolerance", "alignment",
                "pos_similarity", "top10_negatives", "neighbour_purity", "n_train", "n_test", "converged", "collapsed",
                "uniformity_change", "knn_change", "wall_time_s")
-TRAJECTORY_KEYS = ("epoch", "uniformity", "tolerance", "knn_accuracy")
+TRAJECTORY_KEYS = ("epoch", "uniformity", "tolerance", "alignment", "knn_accuracy")
+
+@contextlib.contextmanager
+def _probe_predictions(test_labels: torch.Tensor):
+    "Inside the block, every accuracy the linear probe computes on `test_labels` leaves its per-image correctness [N] in the yielded list."
+    from . import linear_eval as probe_module
+    seen, original = [], probe_module._top1
+    def top1(layer, x, y):
+        if len(y) == len(test_labels) and torch.equal(y.cpu(), test_labels.cpu()):
+            with torch.no_grad(): seen.append((layer(x).argmax(dim=1) == y).cpu())
+        return original(layer, x, y)
+    probe_module._top1 = top1
+    try: yield seen
+    finally: probe_module._top1 = original
+
 
 def run_embeddings(run_dir: str | Path, views: bool = False, seed: int | None = None) -> dict:
     "A run's test images embedded by its final encoder: `z` [N, d], `labels` [N], `config`; with `views`, two augmented views `z1`, `z2`."
@@ -246,8 +289,12 @@ def measure_run(run_dir: str | Path, linear_epochs: int = 100, criteria: Criteri
     e = run_embeddings(run_dir, views=True)
     config, z, history = e["config"], e["z"], e["history"]
     profile = similarity_profile(e["z1"], e["z2"], k=10)
-    probe = linear_eval(run_dir, LinearEvalConfig(epochs=linear_epochs, normalize=normalize, augment=augment),
-                        device=str(resolve_device(config.device)))
+    with _probe_predictions(e["labels"]) as seen:
+        probe = linear_eval(run_dir, LinearEvalConfig(epochs=linear_epochs, normalize=normalize, augment=augment),
+                            device=str(resolve_device(config.device)))
+    if len(seen) != 1 or abs(float(seen[0].float().mean()) - probe["top1"]) > 1e-6:
+        raise RuntimeError(f"the linear probe's per-image record of {run_dir} does not give its accuracy {probe['top1']}")
+    correct = "".join("1" if c else "0" for c in seen[0].tolist())  # test image i right (1) or wrong (0), in the test set's order
     simple = config.loss in ("simple", "hard_simple")
     health = check_run(history, config, criteria)
     trained = e["wall_time_s"] if e["wall_time_s"] is not None else sum(h.get("epoch_time_s", 0.0) for h in history)
@@ -258,6 +305,7 @@ def measure_run(run_dir: str | Path, linear_epochs: int = 100, criteria: Criteri
                 top10_negatives=[float(v) for v in profile.top_negatives], neighbour_purity=neighbour_purity(z, e["labels"]),
                 n_train=e["n_train"], n_test=len(z), converged=health["converged"], collapsed=health["collapsed"],
                 uniformity_change=health["uniformity_change"], knn_change=health["knn_change"],
+                alignment_change=health["alignment_change"], probe_correct=correct, criteria=dataclasses.asdict(criteria),
                 wall_time_s=trained + time.perf_counter() - start, probe=dict(epochs=linear_epochs, normalize=normalize, augment=augment),
                 trajectory=[{k: h[k] for k in TRAJECTORY_KEYS} for h in history if "uniformity" in h],
                 config=json.loads(json.dumps(config.to_dict())), result_format=RESULT_FORMAT)  # as results.json will hold it
