@@ -13,12 +13,12 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .checks import (check_choice, check_embeddings, check_in_range, check_nonnegative, check_positive,
-                                check_similarities, check_tensor)
+                                check_similarities, check_tensor, checking_values)
 
 # %% auto #0
-__all__ = ['REDUCTIONS', 'LOSS_PARAMS', 'LOSS_NAMES', 'contrastive_loss', 'reduce_loss', 'simple_loss', 'triplet_limit_loss',
-           'simple_limit_loss', 'n_informative', 'informative_mask', 'hard_contrastive_loss', 'hard_simple_loss',
-           'check_loss_params', 'apply_loss', 'dot_products', 'pair_similarities']
+__all__ = ['REDUCTIONS', 'LOSS_PARAMS', 'LOSS_NAMES', 'contrastive_loss', 'reduce_loss', 'check_temperature', 'simple_loss',
+           'triplet_limit_loss', 'simple_limit_loss', 'n_informative', 'informative_mask', 'hard_contrastive_loss',
+           'hard_simple_loss', 'check_loss_params', 'apply_loss', 'dot_products', 'pair_similarities']
 
 # %% ../nbs/00_losses.ipynb #e7c96f66
 def contrastive_loss(
@@ -28,8 +28,8 @@ def contrastive_loss(
     reduction: str = "mean", # "mean", "sum", or "none" (one loss per anchor, shape [B])
 ) -> Tensor:
     "The contrastive (InfoNCE) loss, [WL21] Eq 1: minus the log of the positive's softmax probability in [s_ii, s_ij] / τ."
-    tau = check_positive("tau", tau)
     check_similarities(pos, neg)
+    tau = check_temperature(tau, pos, neg)
     logits = torch.cat([pos[:, None], neg], dim=1) / tau  # [B, 1 + K], the positive in column 0
     return reduce_loss(-F.log_softmax(logits, dim=1)[:, 0], reduction)
 
@@ -42,6 +42,24 @@ def reduce_loss(per_anchor: Tensor, reduction: str) -> Tensor:
     if reduction == "mean": return per_anchor.mean()
     if reduction == "sum": return per_anchor.sum()
     return per_anchor
+
+def check_temperature(
+    tau,                # the temperature, > 0
+    *sims: Tensor,      # the similarities it divides (e.g. pos and neg); their dtype, and with value checks on their size, set the limit
+    dtype: torch.dtype | None = None, # the similarities' dtype when no tensor is given
+) -> float:
+    "`tau` as a float, or a `ValueError` naming the smallest safe τ when s/τ would overflow the similarities' dtype (the loss would be NaN)."
+    tau = check_positive("tau", tau)
+    dtype = dtype or (sims[0].dtype if sims and sims[0].is_floating_point() else torch.get_default_dtype())
+    largest = torch.finfo(dtype).max
+    size = 1.0  # cosine similarities lie in [-1, 1]; larger ones are measured where the checks may read values
+    if checking_values() and sims:
+        with torch.no_grad(): size = max([size] + [float(s.detach().abs().max()) for s in sims if s.numel()])
+    smallest = 2 * size / largest  # a difference of two similarities divided by τ must stay a finite number
+    if tau < smallest:
+        raise ValueError(f"tau must be at least {smallest:.3g} for {str(dtype).removeprefix('torch.')} similarities of size up to "
+                         f"{size:g} (below it s/tau overflows the dtype's largest number, {largest:.3g}, and the loss is NaN), got {tau!r}")
+    return tau
 
 # %% ../nbs/00_losses.ipynb #28045855
 def simple_loss(
@@ -111,8 +129,8 @@ def hard_contrastive_loss(
     reduction: str = "mean", # "mean", "sum", or "none" (shape [B])
 ) -> Tensor:
     "The hard contrastive loss, [WL21] Eq 9: Eq 1 over the negatives at or above each anchor's upper-α quantile."
-    tau = check_positive("tau", tau)
     check_similarities(pos, neg)
+    tau = check_temperature(tau, pos, neg)
     kept = neg.masked_fill(~informative_mask(neg, alpha), float("-inf"))  # exp(-inf) = 0: out of the denominator
     logits = torch.cat([pos[:, None], kept], dim=1) / tau
     return reduce_loss(-F.log_softmax(logits, dim=1)[:, 0], reduction)
