@@ -175,6 +175,12 @@ def _load_torchvision(name: str, root: Path, train: bool, download: bool) -> Ima
         images = torch.from_numpy(ds.data)  # a strided view: CIFAR's [N, H, W, C] array is a transpose of the stored [N, C, H, W]
         if name != "svhn": images = images.permute(0, 3, 1, 2)
     labels = torch.as_tensor(np.asarray(ds.labels if name == "svhn" else ds.targets), dtype=torch.int64)
+    if name == "mnist" and len(images) != len(labels):  # two files of one split that do not belong together
+        split = "train" if train else "t10k"
+        raise DatasetNotFoundError(
+            f"mnist in {root}: MNIST/raw/{split}-images-idx3-ubyte holds {len(images)} images but MNIST/raw/{split}-labels-idx1-ubyte "
+            f"holds {len(labels)} labels, so they are not one split's files. Delete both there and download again. "
+            f"{_how_to_download('mnist', root)}")
     classes = [str(d) for d in range(10)] if name in ("svhn", "mnist") else list(ds.classes)
     return ImageData(images.contiguous(), labels, classes, name, train)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 import errno
 import fcntl
 import io
@@ -39,19 +40,32 @@ from .metrics import alignment, knn_accuracy, tolerance, uniformity
 from .models import BACKBONES, HEADS, NORMS, STEMS, Encoder, build_encoder
 
 # %% auto #0
-__all__ = ['NEGATIVES', 'PRECISIONS', 'PRETRAIN_LOSSES', 'MIN_IMAGE_SIZE', 'COMPILE_MODES', 'CHECKPOINT_FORMAT', 'STATE_KEYS',
-           'EXECUTION_KEYS', 'LOCK_NAME', 'PRETRAIN_FILES', 'DERIVED_FILES', 'RUN_FOLDER_FILES', 'METRIC_KEYS',
-           'TIMING_KEYS', 'LOG_EVERY', 'PretrainConfig', 'default_lam', 'negatives_seen', 'lr_at', 'run_identity',
+__all__ = ['NEGATIVES', 'PRECISIONS', 'PRECISION_CHOICES', 'PRETRAIN_LOSSES', 'MIN_IMAGE_SIZE', 'MAX_SIZES', 'MAX_LR',
+           'MAX_WEIGHT_DECAY', 'SEED_BOUND', 'COMPILE_MODES', 'CHECKPOINT_FORMAT', 'STATE_KEYS', 'EXECUTION_KEYS',
+           'LOCK_NAME', 'RUN_MARKER', 'PRETRAIN_FILES', 'DERIVED_FILES', 'STALE_ON_TRAINING', 'RUN_FOLDER_FILES',
+           'DIST_TIMEOUT_ENV', 'DIST_TIMEOUT_S', 'METRIC_KEYS', 'TIMING_KEYS', 'LOG_EVERY', 'MAX_THREADS',
+           'PretrainConfig', 'default_lam', 'negatives_seen', 'lr_at', 'resolve_precision', 'run_identity',
            'CheckpointError', 'RunFolderError', 'RunBusyError', 'write_json_atomic', 'save_checkpoint',
-           'load_checkpoint', 'run_lock', 'check_run_folder', 'resolve_device', 'embed', 'evaluates_at', 'monitor_rows',
-           'evaluate', 'TrainingDivergedError', 'TrainingInterrupted', 'threads_for', 'build_model', 'view_draws',
-           'training_step', 'pretrain']
+           'load_checkpoint', 'run_lock', 'check_run_folder', 'mark_run_folder', 'remove_stale_measurements',
+           'resolve_device', 'ProcessGroupError', 'dist_timeout', 'GlobalBatchNorm', 'global_batchnorm',
+           'distributed_net', 'embed', 'evaluates_at', 'monitor_rows', 'evaluate', 'TrainingDivergedError',
+           'TrainingInterrupted', 'threads_for', 'build_model', 'view_draws', 'training_step', 'pretrain']
 
 # %% ../nbs/07_pretrain.ipynb #6dbc4a4b
 NEGATIVES = ("bank", "batch")
 PRECISIONS = ("fp32", "bf16")
+PRECISION_CHOICES = ("auto",) + PRECISIONS  # config.precision: "auto" is bf16 on CUDA, fp32 on the CPU (resolved when a run starts)
 PRETRAIN_LOSSES = LOSS_NAMES + FEATURE_LOSS_NAMES  # similarity losses (lesson 00), then feature losses (lesson 11)
 MIN_IMAGE_SIZE = {"convnet": 4}    # the ConvNet halves the image twice; the ResNets take any size
+# upper bounds of the sizes, so that an absurd value is one sentence here instead of an allocation failure later
+MAX_SIZES = dict(
+    image_size=(1024, "the largest images this package trains on are 224 pixels, and a batch of 128 RGB images of 1024² "
+                      "pixels is already 1.5 GiB in float32"),
+    width=(1024, "the ConvNet has 279·width² weights: width 1024 is already 293 million"),
+    out_dim=(65536, "the memory bank holds one float per training image and dimension: 50,000 images × 65,536 are 13 GB"),
+)
+MAX_LR = MAX_WEIGHT_DECAY = 1e30  # SGD applies both in float32, which ends at 3.4e38: a larger one is an overflow, not a run
+SEED_BOUND = 2**40                   # the run derives seeds as seed·1,000,003 + epoch, which must fit torch's 64-bit seeds
 
 def _is_int(v) -> bool: return isinstance(v, int) and not isinstance(v, bool)  # for the checks whose message says more
 def _is_number(v) -> bool: return isinstance(v, (int, float)) and not isinstance(v, bool)
@@ -105,7 +119,7 @@ class PretrainConfig:
     warmup_epochs: int = 0             # linear learning-rate warm-up: lr·(e+1)/warmup_epochs during epoch e < warmup_epochs
     seed: int = 0
     device: str = "auto"               # "auto" (CUDA if available), "cpu", "cuda", "cuda:1", ...
-    precision: str = "fp32"            # "fp32", or "bf16" autocast (CUDA)
+    precision: str = "auto"            # "auto": bf16 on CUDA, fp32 on the CPU (the run records which); "fp32"; "bf16" autocast
     compile: bool | str = False        # False; True or "encoder": torch.compile the encoder; "step": the whole training step (CUDA)
     knn_k: int = 200                   # neighbours of the weighted kNN monitor
     eval_batch_size: int = 512
@@ -120,7 +134,7 @@ class PretrainConfig:
         if self.data_root is not None and not isinstance(self.data_root, str):
             raise ValueError(f"data_root must be a folder's name (a str) or None, got {self.data_root!r}")
         choices = dict(dataset=DATASETS, backbone=BACKBONES, norm=NORMS, head=HEADS, loss=PRETRAIN_LOSSES,
-                       negatives=NEGATIVES, precision=PRECISIONS, bank_precision=PRECISIONS)
+                       negatives=NEGATIVES, precision=PRECISION_CHOICES, bank_precision=PRECISIONS)
         for name, allowed in choices.items(): check_choice(name, getattr(self, name), allowed)
         if self.full_images and self.dataset != "imagenet100":
             raise ValueError(f"full_images applies to imagenet100 only, not {self.dataset!r}")
@@ -130,20 +144,24 @@ class PretrainConfig:
             raise ValueError(f"loss {self.loss!r} compares the two views of each batch, so it needs negatives='batch' "
                              f"(got negatives={self.negatives!r}); the memory bank serves only {', '.join(LOSS_NAMES)}")
         # the checks return plain Python values (a NumPy integer becomes an int), so that the configuration writes as JSON
-        for name in ("width", "out_dim", "epochs", "knn_k", "eval_batch_size", "eval_every"): setattr(self, name, check_int(name, getattr(self, name), 1))
+        for name in ("epochs", "knn_k", "eval_batch_size", "eval_every"): setattr(self, name, check_int(name, getattr(self, name), 1))
+        for name in ("width", "out_dim"): setattr(self, name, check_int(name, getattr(self, name), 1, MAX_SIZES[name][0], why=MAX_SIZES[name][1]))
         self.batch_size = check_int("batch_size", self.batch_size, 2, why="each anchor needs another image")
         self.warmup_epochs = check_int("warmup_epochs", self.warmup_epochs, 0, self.epochs - 1, why=f"fewer than the {self.epochs} epochs")
         if self.monitor_images is not None: self.monitor_images = check_int("monitor_images", self.monitor_images, 2, why="or None for all")
         if self.image_size is not None:
-            self.image_size = check_int("image_size", self.image_size, MIN_IMAGE_SIZE.get(self.backbone, 1),
-                                        why=f"for the {self.backbone} backbone, or None for the dataset's default")
-        self.tau, self.lr = check_positive("tau", self.tau), check_positive("lr", self.lr)
-        self.weight_decay = check_nonnegative("weight_decay", self.weight_decay)
+            low, (high, why) = MIN_IMAGE_SIZE.get(self.backbone, 1), MAX_SIZES["image_size"]
+            self.image_size = check_int("image_size", self.image_size, low, why=f"for the {self.backbone} backbone, or None for the dataset's default")
+            self.image_size = check_int("image_size", self.image_size, low, high, why=f"{why}; or None for the dataset's default")
+        self.tau = check_positive("tau", self.tau)
+        self.lr = check_in_range("lr", self.lr, 0, MAX_LR, low_open=True, why="SGD applies it as a float32, whose largest value is 3.4e38; the paper's is 0.03")
+        self.weight_decay = check_in_range("weight_decay", self.weight_decay, 0, MAX_WEIGHT_DECAY, why="SGD applies it as a float32, whose largest value is 3.4e38; the paper's is 5e-4")
         if self.lam is not None: self.lam = check_nonnegative("lam", self.lam)
         if "lam" not in _LOSS_TAKES[self.loss]: self.lam = None  # a λ the loss never reads: configs that differ only there are one run
         self.alpha = check_in_range("alpha", self.alpha, 0, 1, low_open=True)
         for name in ("momentum", "bank_momentum"): setattr(self, name, check_in_range(name, getattr(self, name), 0, 1, high_open=True))
-        self.seed = check_int("seed", self.seed, None)
+        self.seed = check_int("seed", self.seed, -SEED_BOUND, SEED_BOUND, why="the run derives its generators' seeds as "
+                              "seed·1,000,003 + epoch, which must fit torch's 64-bit seeds")
         _check_device_name(self.device)
 
     def loss_params(self, n_negatives: int | None = None) -> dict:
@@ -191,9 +209,18 @@ STATE_KEYS = ("config", "epoch", "model", "optimizer", "bank", "generator", "his
 
 EXECUTION_KEYS = ("device", "compile")  # where and how a run executes, not what it computes: not part of its identity
 
+def resolve_precision(config: PretrainConfig, device: str | torch.device | None = None) -> str:
+    "`config.precision`, with 'auto' resolved: bf16 where the run computes on CUDA, fp32 on the CPU (`device`: where; default `config.device`)."
+    if config.precision != "auto": return config.precision
+    device = config.device if device is None else device
+    if device == "auto": device = "cuda" if torch.cuda.is_available() else "cpu"
+    return "bf16" if torch.device(device).type == "cuda" else "fp32"
+
 def run_identity(config: PretrainConfig) -> dict:
-    "The fields that make a run what it is: `config.to_dict()` without `EXECUTION_KEYS`; a checkpoint resumes under any config with the same identity."
-    return {k: v for k, v in config.to_dict().items() if k not in EXECUTION_KEYS}
+    "The fields that make a run what it is: `config.to_dict()` without `EXECUTION_KEYS`, precision 'auto' resolved; a checkpoint resumes under any config with the same identity."
+    identity = {k: v for k, v in config.to_dict().items() if k not in EXECUTION_KEYS}
+    identity["precision"] = resolve_precision(config)
+    return identity
 
 class CheckpointError(RuntimeError):
     "A run folder's checkpoint is unreadable, damaged, or belongs to another run."
@@ -305,9 +332,12 @@ def load_checkpoint(path: str | Path, config: PretrainConfig | None = None) -> d
 
 # %% ../nbs/07_pretrain.ipynb #b7c2ee64
 LOCK_NAME = ".lock"
+RUN_MARKER = ".ctl_explore_run"  # pretrain's mark on a folder it made its own: it writes into no other
+_MARKER = {"written_by": "ctl_explore pretrain", "format": 1}
 PRETRAIN_FILES = ("config.json", "metrics.jsonl", "checkpoint.pt")     # what pretrain writes
 DERIVED_FILES = ("result.json", "linear_eval.json", "linear_eval_random_init.json")  # written beside a run, about its weights
-RUN_FOLDER_FILES = PRETRAIN_FILES + DERIVED_FILES + (LOCK_NAME,)
+STALE_ON_TRAINING = ("result.json", "linear_eval.json")  # measurements of the trained weights: they go when training goes on
+RUN_FOLDER_FILES = PRETRAIN_FILES + DERIVED_FILES + (LOCK_NAME, RUN_MARKER)
 _TMP_NAME = re.compile(r"(?P<name>.+?)(\.(?P<pid>\d+)\.[A-Za-z0-9_]+)?\.tmp")  # <name>.<pid>.<random>.tmp, or an older <name>.tmp
 
 _HELD: dict[tuple[int, int], list] = {}  # (device, inode) of a locked folder -> [lock file descriptor, owning thread, depth]
@@ -386,18 +416,36 @@ def run_lock(out_dir: str | Path) -> Iterator[Path]:
                 fcntl.flock(held[0], fcntl.LOCK_UN)
                 os.close(held[0])
 
+def _legacy_run(folder: Path) -> bool:
+    """A run folder written before pretrain marked its folders: a valid configuration in config.json beside a
+    checkpoint.pt that is a zip archive (what torch.save writes). A user's own folder does not hold that pair by chance,
+    and the checkpoint is verified in full (format tag, checksums, configuration) before anything in the folder changes."""
+    try:
+        saved = json.loads((folder / "config.json").read_text())
+        PretrainConfig.from_dict(saved)
+    except (OSError, ValueError, TypeError, AttributeError, UnicodeDecodeError): return False
+    return zipfile.is_zipfile(folder / "checkpoint.pt")
+
+def _check_marker(path: Path) -> None:
+    try: ok = json.loads(path.read_text()) == _MARKER
+    except (OSError, ValueError, UnicodeDecodeError): ok = False
+    if not ok: raise RunFolderError(f"{path} is not the marker pretrain writes (it holds something else), so {path.parent} "
+                                    "is not known to be a run folder: choose another output folder, or move the file away.")
+
 def check_run_folder(out_dir: str | Path) -> None:
-    "A `RunFolderError` unless `out_dir` is absent or a folder holding only what a run folder holds, with no symbolic links among them."
+    """A `RunFolderError` unless `out_dir` is absent, empty, or pretrain's own: marked with `RUN_MARKER` (or, written
+    before the marker, a configuration beside a checkpoint), holding only what a run folder holds, none of it a symbolic link."""
     folder = Path(out_dir)
     if folder.is_symlink() and not folder.exists(): raise RunFolderError(f"{folder} is a broken symbolic link: remove it, or use another folder")
     if not folder.exists(): return
     if not folder.is_dir(): raise RunFolderError(f"{folder} is a file, not a folder: choose another output folder")
-    foreign, links = [], []
+    foreign, links, present = [], [], []
     for entry in os.scandir(folder):
         m = _TMP_NAME.fullmatch(entry.name)
         if entry.name not in RUN_FOLDER_FILES and not (m and m["name"] in RUN_FOLDER_FILES): foreign.append(entry.name)
         elif entry.is_symlink(): links.append(entry.name)
         elif not entry.is_file(): foreign.append(entry.name + "/")
+        elif entry.name in RUN_FOLDER_FILES and entry.name != LOCK_NAME: present.append(entry.name)
     if links:
         raise RunFolderError(f"{folder / sorted(links)[0]} is a symbolic link; pretrain never writes through one (its target could "
                              "lie outside the run folder). Remove the link, or choose another output folder.")
@@ -406,14 +454,46 @@ def check_run_folder(out_dir: str | Path) -> None:
         raise RunFolderError(f"{folder} holds files pretrain did not write ({names}), and it writes only into a new or empty "
                              "folder or one of its own runs: choose another output folder, or move them away.")
     config = folder / "config.json"
-    if config.exists():
+    if RUN_MARKER in present: _check_marker(folder / RUN_MARKER)
+    elif present and not _legacy_run(folder):
+        why = None
+        if "config.json" in present:
+            try:
+                saved = json.loads(config.read_text())
+                if not isinstance(saved, dict): why = "not a mapping"
+                else: PretrainConfig.from_dict(saved)
+            except (ValueError, UnicodeDecodeError) as e: why = f"it is corrupt or not JSON: {e}" if isinstance(e, json.JSONDecodeError) else f"not a valid configuration: {e}"
+            except TypeError as e: why = f"not a valid configuration: {e}"
+        if why is not None:
+            raise RunFolderError(f"{config} was not written by pretrain ({why}; the folder has no {RUN_MARKER} marker), and pretrain "
+                                 "does not overwrite what it did not write: choose another output folder, or move the file away.")
+        name = sorted(present)[0]
+        raise RunFolderError(f"{folder} holds {name}, which pretrain did not write (the folder has no {RUN_MARKER} marker and no "
+                             f"checkpoint of a run), so pretrain refuses to overwrite or delete it: choose another output folder, or move {name} away.")
+    if RUN_MARKER in present and config.exists():  # a folder of pretrain's: a configuration that no longer parses is damage
         try:
             saved = json.loads(config.read_text())
             if not isinstance(saved, dict): raise ValueError(f"it holds a {type(saved).__name__}, not a mapping")
             PretrainConfig.from_dict(saved)
         except (ValueError, TypeError, UnicodeDecodeError) as e:
-            raise RunFolderError(f"{config} was not written by pretrain (not a valid configuration: {e}), and pretrain does not "
-                                 "overwrite what it did not write: choose another output folder, or move the file away.") from None
+            raise RunFolderError(f"{config} is corrupt ({type(e).__name__}: {e}); pretrain wrote it in this run folder, but it no "
+                                 "longer reads as a configuration: delete config.json (the checkpoint holds the configuration and "
+                                 "the file is written again), or choose another output folder.") from None
+
+def mark_run_folder(out_dir: str | Path) -> None:
+    "Write `RUN_MARKER` into `out_dir` (held under its lock, checked by `check_run_folder`) unless it is there: from now on the folder is pretrain's."
+    path = Path(out_dir) / RUN_MARKER
+    if not path.exists(): write_json_atomic(path, _MARKER)
+
+def remove_stale_measurements(out_dir: str | Path, names: tuple[str, ...] = STALE_ON_TRAINING) -> list[str]:
+    "Delete the measurements of the run's weights (`names`) from `out_dir` before its training goes on, so that none is read beside a newer checkpoint; the names removed."
+    removed = []
+    for name in names:
+        with contextlib.suppress(FileNotFoundError):
+            (Path(out_dir) / name).unlink()
+            removed.append(name)
+    return removed
+
 
 # %% ../nbs/07_pretrain.ipynb #252ae5cc
 def _distributed() -> tuple[int, int]:
@@ -450,14 +530,129 @@ def resolve_device(name: str) -> torch.device:
     if device.index >= count: raise ValueError(f"device {name!r} asked for, but this machine has {count} CUDA device(s)")
     return device
 
+DIST_TIMEOUT_ENV = "CTL_EXPLORE_DIST_TIMEOUT"  # seconds a process waits for its peers: to join the group, and in each collective
+DIST_TIMEOUT_S = 600.0                          # the default, NCCL's own watchdog time; a scheduler's job can set less
+
+class ProcessGroupError(ConnectionError):
+    "Under torchrun: the processes did not all join within the timeout, or one of them failed or stopped answering."
+
+def dist_timeout() -> float:
+    "Seconds a process waits for its peers ($CTL_EXPLORE_DIST_TIMEOUT, default `DIST_TIMEOUT_S`)."
+    text = os.environ.get(DIST_TIMEOUT_ENV, "").strip()
+    if not text: return DIST_TIMEOUT_S
+    try: value = float(text)
+    except ValueError: value = float("nan")
+    if not (math.isfinite(value) and 0 < value <= 86_400):
+        raise ValueError(f"the environment variable {DIST_TIMEOUT_ENV} must be a number of seconds in (0, 86400], got {text!r}")
+    return value
+
+def _join_group(backend: str, timeout: float, **kw) -> None:
+    "init_process_group in a helper thread, so that the main thread stays in Python and Ctrl-C stops the wait; a timeout is a sentence."
+    error: list[BaseException] = []
+    def join():
+        try: dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout), **kw)
+        except BaseException as e: error.append(e)
+    waiter = threading.Thread(target=join, name="ctl_explore-join-process-group", daemon=True)
+    waiter.start()
+    while waiter.is_alive(): waiter.join(0.1)
+    if error:
+        e = error[0]
+        if not isinstance(e, RuntimeError): raise e
+        where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+        raise ProcessGroupError(
+            f"process {os.environ.get('RANK', '?')} of {os.environ.get('WORLD_SIZE', '?')} could not form the torchrun group at "
+            f"{where} within {timeout:g} s ({str(e).strip().splitlines()[0][:200]}): start every process of the run (torchrun "
+            f"--nproc_per_node=N starts them all), or set {DIST_TIMEOUT_ENV} to wait longer") from None
+
 def _init_distributed(device: torch.device) -> bool:
     "Join the process group torchrun set up, if any (on CUDA: this process's GPU made current first, and bound to the group); True when this call started it."
     if _env_int("WORLD_SIZE", 1) <= 1 or (dist.is_available() and dist.is_initialized()): return False
+    timeout = dist_timeout()  # bounds the joining and every collective: a missing or failed peer cannot hang the others
     if device.type == "cuda":
         torch.cuda.set_device(device)  # before anything is allocated: otherwise every process would also hold memory on cuda:0
-        dist.init_process_group("nccl", device_id=device)
-    else: dist.init_process_group("gloo")
+        _join_group("nccl", timeout, device_id=device)
+    else: _join_group("gloo", timeout)
     return True
+
+def _abort_distributed() -> None:
+    "After an error in this process: abort its process group, so that peers waiting in a collective with it fail at once instead of at the timeout."
+    abort = getattr(dist.distributed_c10d, "_abort_process_group", None)
+    try:
+        if abort is not None: abort()
+    except Exception: pass  # noqa: a backend without abort falls back on the destroy that follows, and on the timeout
+    with contextlib.suppress(Exception):
+        if dist.is_initialized(): dist.destroy_process_group()
+
+_PEER_FAILURE = re.compile(r"gloo|nccl|connection (reset|closed)|timed out|timeout|watchdog|process ?group", re.I)
+
+def _peer_failure(e: BaseException, rank: int, world: int) -> ProcessGroupError | None:
+    "The sentence for a collective that failed because another process failed or went silent; None for any other error."
+    if world <= 1 or not isinstance(e, RuntimeError) or isinstance(e, (CheckpointError, RunFolderError)): return None
+    if not (isinstance(e, getattr(dist, "DistError", ())) or _PEER_FAILURE.search(str(e))): return None
+    return ProcessGroupError(
+        f"process {rank} of {world} stopped: a collective operation with the other processes failed "
+        f"({str(e).strip().splitlines()[0][:200]}); another process failed (see its error) or did not answer within "
+        f"{dist_timeout():g} s ({DIST_TIMEOUT_ENV}). Run the same command to resume from the last checkpoint")
+
+class _AllReduceSum(torch.autograd.Function):
+    "all_reduce(SUM) whose gradient is all-reduced too: the backward of a sum over every process's rows."
+    @staticmethod
+    def forward(ctx, t: Tensor, group) -> Tensor:
+        ctx.group = group
+        t = t.clone()
+        dist.all_reduce(t, group=group)
+        return t
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        grad = grad.clone()
+        dist.all_reduce(grad, group=ctx.group)
+        return grad, None
+
+class GlobalBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
+    """Batch norm whose training statistics are the global batch's over every process: one all-reduce of each channel's
+    [sum, sum of squares] and the row count per layer (its gradient another), and no boolean mask, so no host read.
+    In evaluation mode, or in a single process, it is the ordinary batch norm."""
+    def _check_input_dim(self, x: Tensor) -> None:
+        if x.dim() < 2: raise ValueError(f"GlobalBatchNorm expects a batch of shape [N, C, ...], got shape {tuple(x.shape)}")
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not (self.training and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+            return super().forward(x)
+        self._check_input_dim(x)
+        c, dims, xf = x.shape[1], [0] + list(range(2, x.dim())), x.float()
+        local = torch.cat([xf.sum(dims), (xf * xf).sum(dims), xf.new_full((1,), x.numel() // c)])
+        total = _AllReduceSum.apply(local, None)
+        n = total[2 * c]
+        mean = total[:c] / n
+        var = (total[c:2 * c] / n - mean * mean).clamp_min(0)
+        if self.track_running_stats:
+            with torch.no_grad():
+                self.num_batches_tracked.add_(1)
+                m = self.momentum if self.momentum is not None else 1 / self.num_batches_tracked  # cumulative average without momentum
+                self.running_mean.mul_(1 - m).add_(m * mean)
+                self.running_var.mul_(1 - m).add_(m * var * n / (n - 1).clamp_min(1))
+        shape = [1, c] + [1] * (x.dim() - 2)
+        y = (xf - mean.view(shape)) * torch.rsqrt(var.view(shape) + self.eps)
+        if self.affine: y = y * self.weight.view(shape) + self.bias.view(shape)
+        return y.to(x.dtype)
+
+def global_batchnorm(module: torch.nn.Module) -> torch.nn.Module:
+    "`module` with each BatchNorm1d/2d/3d replaced, in place, by a `GlobalBatchNorm` sharing its parameters and statistics (the root returned)."
+    if isinstance(module, torch.nn.modules.batchnorm._BatchNorm) and not isinstance(module, GlobalBatchNorm):
+        new = GlobalBatchNorm(module.num_features, module.eps, module.momentum, module.affine, module.track_running_stats)
+        if module.affine: new.weight, new.bias = module.weight, module.bias
+        if module.track_running_stats:
+            new.running_mean, new.running_var, new.num_batches_tracked = module.running_mean, module.running_var, module.num_batches_tracked
+        new.train(module.training)
+        return new
+    for name, child in module.named_children(): setattr(module, name, global_batchnorm(child))
+    return module
+
+def distributed_net(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    "The encoder as several processes train it: batch norm over the global batch (`global_batchnorm`), wrapped in DDP; the model itself in one process."
+    if _distributed()[1] == 1: return model
+    net = global_batchnorm(model)
+    return torch.nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
 
 def _gather(t: Tensor) -> Tensor:
     "Concatenate `t` from every process, in rank order (just `t` in a single process)."
@@ -693,6 +888,9 @@ def pretrain(
         raise ValueError(f"until_epoch must be an integer in [1, {config.epochs}] or None, got {until_epoch!r}")
     if threads is not None and (not _is_int(threads) or threads < 1):
         raise ValueError(f"threads must be an integer >= 1 or None (automatic), got {threads!r}")
+    if threads is not None and threads > MAX_THREADS:
+        raise ValueError(f"threads must be an integer >= 1 and at most {MAX_THREADS} (torch takes the count as a C int, and no "
+                         f"machine has more cores), got {threads!r}")
     device = resolve_device(config.device)
     threads = threads if threads is not None else threads_for(config)
     previous_threads = torch.get_num_threads()
@@ -705,11 +903,33 @@ def pretrain(
                 held.enter_context(torch.cuda.device(device))  # this process's GPU is the current one while it trains
                 torch.backends.cudnn.benchmark = True  # the input shapes never change: let cuDNN pick its fastest kernels once
             started_dist = _init_distributed(device)
-            return _pretrain(config, Path(out_dir), quiet, restart, device, stop, start_time, held)
+            try: return _pretrain(config, Path(out_dir), quiet, restart, device, stop, start_time, held)
+            except BaseException as e:
+                if started_dist: _abort_distributed()  # peers waiting for this process in a collective fail now, not at the timeout
+                lost = _peer_failure(e, *_distributed()) if started_dist else None
+                if lost is not None: raise lost from None
+                raise
     finally:
-        if started_dist: dist.destroy_process_group()
+        if started_dist and dist.is_initialized(): dist.destroy_process_group()
         torch.backends.cudnn.benchmark = benchmark
         torch.set_num_threads(previous_threads)
+
+MAX_THREADS = 4096  # torch.set_num_threads takes a C int; no machine has more cores than this
+
+def _set_lr(optimizer: torch.optim.Optimizer, lr: float, as_tensor: bool = False) -> None:
+    """Give every parameter group the learning rate `lr`: a float, or with `as_tensor` (compile="step") a 0-d tensor
+    changed in place, so that the compiled step sees the same tensor at every change instead of recompiling for a new constant."""
+    for group in optimizer.param_groups:
+        if not as_tensor: group["lr"] = lr
+        elif isinstance(group["lr"], Tensor) and group["lr"].device == group["params"][0].device: group["lr"].fill_(lr)
+        else: group["lr"] = torch.tensor(lr, dtype=torch.float32, device=group["params"][0].device)
+
+def _saved_precision(out_dir: Path) -> str | None:
+    "The precision of the run whose checkpoint is in `out_dir` (from its config.json; the checkpoint is compared in full when it loads), or None."
+    if not (out_dir / "checkpoint.pt").is_file(): return None
+    try: saved = json.loads((out_dir / "config.json").read_text()).get("precision")
+    except (OSError, ValueError, AttributeError, UnicodeDecodeError): return None
+    return saved if saved in PRECISIONS else None
 
 def _take_folder(out_dir: Path, held: contextlib.ExitStack, rank: int, world: int, device: torch.device) -> None:
     "Process 0 takes the folder's lock and checks it again under the lock; every process learns whether that worked."
@@ -731,7 +951,14 @@ def _pretrain(config: PretrainConfig, out_dir: Path, quiet: bool, restart: bool,
     if config.batch_size % world: raise ValueError(f"batch_size {config.batch_size} must be divisible by the {world} processes")
     if world > 1 and config.negatives == "batch":
         raise ValueError("negatives='batch' runs in one process only; use negatives='bank' with several processes")
+    if world > 1 and config.compile:
+        raise ValueError(f"compile={config.compile!r} is not supported under torchrun: torch.compile of the DDP-wrapped encoder "
+                         "and of the step with its collectives is untested here; use compile=False (--compile is off by default) "
+                         "with several processes")
     ckpt_path, metrics_path = out_dir / "checkpoint.pt", out_dir / "metrics.jsonl"
+    if config.precision == "auto":  # resolved once and recorded: a run keeps its precision wherever it resumes
+        saved = None if restart else _saved_precision(out_dir)
+        config = dataclasses.replace(config, precision=saved or resolve_precision(config, device))
     # nothing is written before everything checkable has been checked; a folder that exists is locked at once
     if rank == 0: check_run_folder(out_dir)
     locked = world == 1 and out_dir.is_dir()
@@ -762,19 +989,18 @@ def _pretrain(config: PretrainConfig, out_dir: Path, quiet: bool, restart: bool,
         # checkpoints written before the field existed: their epochs' training time is what is known
         wall_before = state.get("wall_time_s", sum(h.get("epoch_time_s", 0.0) for h in history))
     if rank == 0:
-        if start_epoch == 0:  # a run from scratch: evaluations of earlier weights in the folder no longer describe it
-            for name in DERIVED_FILES:
-                with contextlib.suppress(FileNotFoundError): (out_dir / name).unlink()
+        mark_run_folder(out_dir)  # checked above under the lock: the folder is new, empty or pretrain's own
+        # the measurements of the weights in the folder no longer describe them once training goes on; from scratch, none do
+        if start_epoch == 0: remove_stale_measurements(out_dir, DERIVED_FILES)
+        elif start_epoch < stop: remove_stale_measurements(out_dir)
         write_json_atomic(out_dir / "config.json", config.to_dict())
         # the checkpoint's history is the truth: a line appended after the last checkpoint is dropped here
         lines = "".join(json.dumps(h) + "\n" for h in history)
         _write_atomic(metrics_path, lambda f: f.write(lines.encode()))
 
-    net = model
-    # several GPUs: batch norm's statistics over the global batch, as one process computes them (one all-reduce per layer;
-    # nothing to convert with norm="group"). The CPU has no synchronised batch norm: norm="group" makes that split exact
-    if device.type == "cuda" and world > 1: net = torch.nn.SyncBatchNorm.convert_sync_batchnorm(net)
-    if world > 1: net = torch.nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
+    # several processes: batch norm's statistics over the global batch, as one process computes them (GlobalBatchNorm: one
+    # all-reduce per layer and no host read; nothing to convert with norm="group"), the gradients averaged by DDP
+    net = distributed_net(model, device)
     if config.compile is True: net = torch.compile(net)
     step = torch.compile(training_step) if config.compile == "step" else training_step
     params = config.loss_params(negatives_seen(config, len(train)))  # λ = 1/K (Eq 7) for the Simple losses unless given
@@ -783,7 +1009,7 @@ def _pretrain(config: PretrainConfig, out_dir: Path, quiet: bool, restart: bool,
     try:
         for epoch in range(start_epoch, stop):
             lr = lr_at(config, epoch)
-            for group in optimizer.param_groups: group["lr"] = lr
+            _set_lr(optimizer, lr, as_tensor=config.compile == "step")
             model.train()
             bar = tqdm(range(steps), desc=f"epoch {epoch + 1}/{config.epochs}", disable=quiet or rank > 0, leave=False)
             start = time.perf_counter()

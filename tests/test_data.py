@@ -915,3 +915,17 @@ def test_write_atomically_cleans_up_after_a_failed_write(tmp_path):
     with pytest.raises(RuntimeError, match="boom"):
         data_module._write_atomically(target, lambda f: (f.write(b"half"), (_ for _ in ()).throw(RuntimeError("boom"))))
     assert target.read_bytes() == b"first" and [p.name for p in target.parent.iterdir()] == ["file.bin"]
+
+
+def test_mnist_files_whose_counts_disagree_are_named(mnist_root):
+    # issue 24: labels of another split (or a truncated download) beside the images: both files and both counts, not a usage error
+    root, splits = mnist_root
+    raw = root / "MNIST" / "raw"
+    (raw / "train-labels-idx1-ubyte").write_bytes(_idx_bytes(splits["t10k"][1]))  # 3 labels beside 7 images
+    with pytest.raises(DatasetNotFoundError) as info:
+        load_dataset("mnist", root=root, train=True)
+    message = str(info.value)
+    for part in ("train-images-idx3-ubyte holds 7 images", "train-labels-idx1-ubyte holds 3 labels", str(root), "download"):
+        assert part in message, part
+    assert not isinstance(info.value, ValueError)  # the command line reports it as a failed run (exit 1), not a usage error
+    assert load_dataset("mnist", root=root, train=False).labels.shape == (3,)  # the other split still loads

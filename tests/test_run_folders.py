@@ -24,8 +24,8 @@ from ctl_explore.cli import main
 from ctl_explore.losses import contrastive_loss, hard_contrastive_loss, simple_loss
 from ctl_explore.memory_bank import bank_contrastive_loss
 from ctl_explore.memory_bank import MemoryBank
-from ctl_explore.train import (CheckpointError, PretrainConfig, RunBusyError, RunFolderError, TrainingDivergedError, load_checkpoint,
-                               pretrain, run_lock, save_checkpoint, write_json_atomic)
+from ctl_explore.train import (RUN_MARKER, CheckpointError, PretrainConfig, RunBusyError, RunFolderError, TrainingDivergedError,
+                               load_checkpoint, pretrain, run_lock, save_checkpoint, write_json_atomic)
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 TINY = dict(width=4, out_dim=16, knn_k=20, batch_size=64)
@@ -201,7 +201,7 @@ def test_temporary_files_are_per_writer_and_stale_ones_are_removed(tmp_path):
     alive = run / f"result.json.{os.getpid()}.zz.tmp"  # a live writer's file is left alone
     alive.write_bytes(b"{}")
     pretrain(tiny(), run, quiet=True)
-    assert sorted(p.name for p in run.iterdir()) == sorted([".lock", "checkpoint.pt", "config.json", "metrics.jsonl", alive.name])
+    assert sorted(p.name for p in run.iterdir()) == sorted([".lock", RUN_MARKER, "checkpoint.pt", "config.json", "metrics.jsonl", alive.name])
     write_json_atomic(run / "result.json", {"a": [1, 2]})
     assert json.loads((run / "result.json").read_text()) == {"a": [1, 2]}
     assert not [p for p in run.iterdir() if p.name.startswith("result.json.") and p != alive]
@@ -383,3 +383,115 @@ def test_the_bank_loss_refuses_an_empty_batch_like_contrastive_loss():
         bank_contrastive_loss(torch.zeros(0, 8), bank, torch.zeros(0, dtype=torch.long), tau=0.2)
     with pytest.raises(ValueError, match="q must hold at least one query"):
         MemoryBank(10, 8).loss(torch.zeros(0, 8), torch.zeros(0, dtype=torch.long), "hard_contrastive", tau=0.2, alpha=0.5)
+
+
+# ---------------------------------------------------------------- issue 24: run folders own their files
+
+@pytest.mark.parametrize("name", ["metrics.jsonl", "result.json", "linear_eval.json", "checkpoint.pt"])
+def test_a_users_lone_file_of_a_run_folders_name_survives(tmp_path, capsys, name):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / name).write_text("the user's own\n")
+    with pytest.raises(RunFolderError) as info: pretrain(tiny(), run, quiet=True)
+    assert str(run) in str(info.value) and f"holds {name}, which pretrain did not write" in str(info.value)
+    code, err = run_main(capsys, "pretrain", "--out", str(run), *TINY_ARGS)
+    assert code == 1 and f"holds {name}, which pretrain did not write" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert sorted(p.name for p in run.iterdir() if p.name != ".lock") == [name]
+    assert (run / name).read_text() == "the user's own\n"
+
+
+def test_a_new_or_empty_folder_is_marked_and_only_a_marked_one_is_written_again(tmp_path):
+    for run in (tmp_path / "new", tmp_path / "empty"):
+        if run.name == "empty": run.mkdir()
+        pretrain(tiny(), run, quiet=True)
+        assert json.loads((run / RUN_MARKER).read_text()) == train_module._MARKER
+    # a marker someone else wrote is not taken for pretrain's
+    (tmp_path / "new" / RUN_MARKER).write_text('{"written_by": "me"}')
+    with pytest.raises(RunFolderError, match="is not the marker pretrain writes"): pretrain(tiny(), tmp_path / "new", quiet=True)
+
+
+def test_a_run_folder_written_before_the_marker_still_resumes(finished, tmp_path):
+    # the rule for folders of earlier versions: a valid configuration beside a zip checkpoint (then verified in full)
+    old = copy_run(finished, tmp_path / "old")
+    (old / RUN_MARKER).unlink()
+    state = load_checkpoint(old / "checkpoint.pt")
+    save_checkpoint(old / "checkpoint.pt", {**state, "config": {**state["config"], "epochs": 2}})  # one more epoch to go
+    write_json_atomic(old / "config.json", {**state["config"], "epochs": 2})
+    last = pretrain(tiny(epochs=2), old, quiet=True)
+    assert last["epoch"] == 2 and (old / RUN_MARKER).exists()
+    # the same files without the checkpoint, or with a checkpoint that is no zip, are not taken for a run
+    for broken in ("no checkpoint", "not a zip"):
+        folder = copy_run(finished, tmp_path / broken.replace(" ", "_"))
+        (folder / RUN_MARKER).unlink()
+        if broken == "no checkpoint": (folder / "checkpoint.pt").unlink()
+        else: (folder / "checkpoint.pt").write_bytes(b"my own bytes")
+        before = {p.name: p.read_bytes() for p in folder.iterdir() if p.name != ".lock"}
+        with pytest.raises(RunFolderError, match="which pretrain did not write"): pretrain(tiny(), folder, quiet=True)
+        assert {p.name: p.read_bytes() for p in folder.iterdir() if p.name != ".lock"} == before
+
+
+@pytest.mark.parametrize("text", ["{broken", '{"tau": 0}', "[1, 2]"])
+def test_a_corrupt_config_json_in_a_run_folder_is_called_corrupt(finished, tmp_path, capsys, text):
+    run = copy_run(finished, tmp_path / "run")
+    (run / "config.json").write_text(text)
+    with pytest.raises(RunFolderError) as info: pretrain(tiny(), run, quiet=True)
+    message = str(info.value)
+    assert "config.json is corrupt" in message and "was not written by pretrain" not in message and "delete config.json" in message
+    code, err = run_main(capsys, "pretrain", "--out", str(run), *TINY_ARGS)
+    assert code == 1 and "config.json is corrupt" in err and len(err.strip().splitlines()) == 1
+    assert (run / "config.json").read_text() == text
+
+
+def test_measurements_older_than_the_checkpoint_go_when_training_goes_on(finished, tmp_path):
+    run = copy_run(finished, tmp_path / "run")
+    state = load_checkpoint(run / "checkpoint.pt")
+    save_checkpoint(run / "checkpoint.pt", {**state, "config": {**state["config"], "epochs": 2}})
+    (run / "linear_eval.json").write_text('{"epoch": 1}')
+    (run / "result.json").write_text('{"epoch": 1}')
+    (run / "linear_eval_random_init.json").write_text('{"random": true}')  # the untrained encoder's: still true
+    pretrain(tiny(epochs=2), run, quiet=True)  # epoch 2 trained: the epoch-1 measurements describe other weights
+    assert not (run / "linear_eval.json").exists() and not (run / "result.json").exists()
+    assert (run / "linear_eval_random_init.json").exists()
+    (run / "linear_eval.json").write_text('{"epoch": 2}')
+    pretrain(tiny(epochs=2), run, quiet=True)  # finished: nothing trained, the measurement stands
+    assert (run / "linear_eval.json").read_text() == '{"epoch": 2}'
+
+
+# ---------------------------------------------------------------- issue 24: absurd values are one sentence naming the option
+
+@pytest.mark.parametrize("field, value, message", [
+    ("image_size", 10**12, "image_size must be an integer in [4, 1024]"),
+    ("width", 10**12, "width must be an integer in [1, 1024] (the ConvNet has 279·width² weights"),
+    ("out_dim", 10**12, "out_dim must be an integer in [1, 65536] (the memory bank"),
+    ("lr", 1e300, "lr must lie in (0, 1e+30] (SGD applies it as a float32"),
+    ("weight_decay", 1e300, "weight_decay must lie in [0, 1e+30]"),
+    ("lr", float("inf"), "lr must lie in (0, 1e+30]"),
+    ("seed", 10**30, "seed must be an integer in [-1099511627776, 1099511627776]"),
+])
+def test_absurd_sizes_and_overflowing_numbers_are_refused_up_front(tmp_path, capsys, field, value, message):
+    with pytest.raises(ValueError) as info: PretrainConfig(**{field: value})
+    assert message in str(info.value)
+    option = "--" + field.replace("_", "-")
+    code, err = run_main(capsys, "pretrain", "--out", str(tmp_path / "run"), option, str(value), "--quiet")
+    assert code == 2 and message in err and "Traceback" not in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_bounds_are_the_edges_that_work():
+    # the largest values allowed are accepted, one more is refused; 279·width² counts the ConvNet's convolution weights
+    for field, (high, _) in train_module.MAX_SIZES.items():
+        PretrainConfig(**{field: high})
+        with pytest.raises(ValueError, match=field): PretrainConfig(**{field: high + 1})
+    from ctl_explore.models import SmallConvNet
+    net = SmallConvNet(1, 8)
+    convs = sum(m.weight.numel() for m in net.modules() if isinstance(m, torch.nn.Conv2d))
+    assert convs == 279 * 8**2 + 9 * 1 * 8
+    assert PretrainConfig(lr=1e30).lr == 1e30 and PretrainConfig(seed=-2**40).seed == -2**40
+
+
+def test_overflowing_threads_name_the_option(tmp_path, capsys):
+    with pytest.raises(ValueError, match=r"threads must be an integer >= 1 and at most 4096"): pretrain(tiny(), tmp_path / "a", threads=10**30)
+    code, err = run_main(capsys, "pretrain", "--out", str(tmp_path / "b"), "--threads", str(10**30), *TINY_ARGS)
+    assert code == 2 and "threads must be an integer >= 1 and at most 4096" in err and "Traceback" not in err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
