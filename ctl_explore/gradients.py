@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .checks import check_finite, check_positive, check_similarities, check_tensor
-from .losses import contrastive_loss, informative_mask
+from .losses import check_temperature, contrastive_loss, informative_mask
 
 # %% auto #0
 __all__ = ['loss_gradients', 'relative_penalty', 'penalty_entropy']
@@ -22,8 +22,8 @@ def loss_gradients(
     tau: float,  # temperature, > 0
 ) -> tuple[Tensor, Tensor]:
     "[WL21] Eq 4: ∂L(x_i)/∂s_ii, shape [B], and ∂L(x_i)/∂s_ij, shape [B, K], of each anchor's own loss."
-    tau = check_positive("tau", tau)
     check_similarities(pos, neg)
+    tau = check_temperature(tau, pos, neg)  # a ValueError naming the smallest safe τ where s/τ would overflow
     prob = F.softmax(torch.cat([pos.unsqueeze(1), neg], dim=1) / tau, dim=1)  # P_ik of Eq 2, positive first
     dneg = prob[:, 1:] / tau
     # summing the negatives' probabilities (rather than 1 - P_ii) stays accurate when P_ii is close to 1
@@ -36,6 +36,7 @@ def _penalty_logits(neg: Tensor, tau: float, alpha: float | None) -> Tensor:
     check_tensor("neg", neg, 2, "[B, K]")
     if neg.shape[1] == 0: raise ValueError("neg must hold at least one negative per anchor (K >= 1), got K=0")
     check_finite("neg", neg, "similarities")
+    tau = check_temperature(tau, neg)
     logits = neg / tau
     if alpha is None: return logits
     return logits.masked_fill(~informative_mask(neg, alpha), float("-inf"))
