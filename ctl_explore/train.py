@@ -905,8 +905,8 @@ def pretrain(
             started_dist = _init_distributed(device)
             try: return _pretrain(config, Path(out_dir), quiet, restart, device, stop, start_time, held)
             except BaseException as e:
-                if started_dist: _abort_distributed()  # peers waiting for this process in a collective fail now, not at the timeout
                 lost = _peer_failure(e, *_distributed()) if started_dist else None
+                if started_dist: _abort_distributed()  # peers waiting for this process in a collective fail now, not at the timeout
                 if lost is not None: raise lost from None
                 raise
     finally:

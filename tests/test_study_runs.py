@@ -1,0 +1,426 @@
+"""The study's machinery (lesson 16): nothing on disk served unchecked (every file a study reads back, edited one digit or
+one field at a time), no user's file overwritten, failed runs recorded and retried, workers that die with their parent,
+on the GPUs the scheduler gave, started from standard input, and a report that escapes every value."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import ctl_explore.study as study
+import ctl_explore.study_runs as sr
+from ctl_explore.study import StudyPreset, study_configs
+from ctl_explore.study_runs import (STUDY_MARKER, StudyError, StudyInterrupted, claim_study_folder, failed_row, gather,
+                                    load_results, row_checksum, run_study, saved_row, write_report, write_results)
+
+ROOT = Path(__file__).parents[1]
+TINY = StudyPreset("tiny", width=4, epochs=2, taus=(0.2, 0.5), seeds=(0,), simple_losses=False, linear_epochs=2)
+WILD = dataclasses.replace(TINY, name="wild", lr=1e6)  # diverges in its first epoch, on the CPU too
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def _strip(rows):
+    return [{k: v for k, v in r.items() if k != "wall_time_s"} for r in rows]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("study") / "tiny"
+    return out, run_study(TINY, out, quiet=True, workers=1)
+
+
+def _copy(tiny, tmp_path) -> tuple[Path, list[dict]]:
+    out, rows = tiny
+    copy = tmp_path / "S"
+    shutil.copytree(out, copy)
+    return copy, rows
+
+
+def _reseal(row: dict, **changes) -> dict:
+    "A row edited and given a checksum that matches the edit: only the other checks can catch it."
+    edited = {**row, **changes}
+    return {**edited, "checksum": row_checksum(edited)}
+
+
+# --- a run's result.json: every edit is measured again, never served ----------------------------------------------------
+
+def _digit_edit(text: str, row: dict) -> str:
+    "Change one digit of the accuracy in the file's text (0.504 -> 0.404), nothing else."
+    old = json.dumps(row["linear_top1"])
+    i = next(k for k, ch in enumerate(old) if ch.isdigit() and k > 1)
+    new = old[:i] + str((int(old[i]) + 1) % 10) + old[i + 1:]
+    assert text.count(f'"linear_top1": {old}') == 1
+    return text.replace(f'"linear_top1": {old}', f'"linear_top1": {new}')
+
+
+EDITS = {  # name: (how the file is edited, what the warning must say)
+    "one digit": (lambda text, row: _digit_edit(text, row), "does not match its checksum"),
+    "one field": (lambda text, row: json.dumps({**row, "run": "hacked"}), "does not match its checksum"),
+    "no checksum": (lambda text, row: json.dumps({k: v for k, v in row.items() if k != "checksum"}), "carries no checksum"),
+    "a string for a number": (lambda text, row: json.dumps(_reseal(row, linear_top1="0.9")), "linear_top1 must be a number"),
+    "a script in n_test": (lambda text, row: json.dumps(_reseal(row, n_test="<script>alert(1)</script>")), "n_test must be an integer"),
+    "NaN": (lambda text, row: json.dumps(_reseal(row, uniformity=float("nan"))), "uniformity must be a number"),
+    "out of range": (lambda text, row: json.dumps(_reseal(row, neighbour_purity=1.5)), "neighbour_purity must be a number in [0, 1]"),
+    "another run's name": (lambda text, row: json.dumps(_reseal(row, run="hacked")), "names run 'hacked'"),
+    "another probe": (lambda text, row: json.dumps(_reseal(row, probe={**row["probe"], "normalize": False})), "another linear-probe protocol"),
+    "another checkpoint": (lambda text, row: json.dumps(_reseal(row, checkpoint={**row["checkpoint"], "sha256": "0" * 64})),
+                           "another checkpoint than the one beside it"),
+    "an earlier epoch": (lambda text, row: json.dumps(_reseal(row, checkpoint={**row["checkpoint"], "epoch": 1})), "measured at epoch 1 of 2"),
+    "another format": (lambda text, row: json.dumps(_reseal(row, result_format="ctl_explore.study-result/1")), "result format"),
+}
+
+
+@pytest.mark.parametrize("edit", EDITS)
+def test_an_edited_result_json_is_measured_again_never_served(tiny, tmp_path, edit):
+    copy, rows = _copy(tiny, tmp_path)
+    name = rows[0]["run"]
+    path = copy / "runs" / name / "result.json"
+    text = path.read_text()
+    how, says = EDITS[edit]
+    path.write_text(how(text, json.loads(text)))
+    with pytest.warns(UserWarning, match=str(path).replace("\\", "\\\\")) as caught:
+        again = run_study(TINY, copy, quiet=True, workers=1)
+    message = " ".join(str(w.message) for w in caught)
+    assert says in message and f"measuring run {name} again" in message, message
+    assert _strip(again) == _strip(rows)  # the numbers the checkpoint gives, not the edit
+    assert json.loads(path.read_text())["checksum"] == row_checksum(json.loads(path.read_text()))
+
+
+def test_a_row_swapped_from_another_run_is_not_served(tiny, tmp_path):
+    copy, rows = _copy(tiny, tmp_path)
+    a, b = (copy / "runs" / r["run"] / "result.json" for r in rows[:2])
+    shutil.copy(b, a)
+    with pytest.warns(UserWarning, match=f"names run '{rows[1]['run']}', not its folder's '{rows[0]['run']}'"):
+        assert _strip(run_study(TINY, copy, quiet=True, workers=1)) == _strip(rows)
+
+
+def test_a_row_of_another_probe_protocol_is_not_reused(tiny, tmp_path):
+    "A study whose probe differs measures every run again, and the table holds one protocol."
+    copy, rows = _copy(tiny, tmp_path)
+    longer = dataclasses.replace(TINY, linear_epochs=3)
+    with pytest.warns(UserWarning, match="another linear-probe protocol"):
+        again = run_study(longer, copy, quiet=True, workers=1)
+    assert {json.dumps(r["probe"]) for r in again} == {json.dumps(dict(epochs=3, normalize=True, augment=False))}
+
+
+def test_an_edited_checkpoint_is_refused_and_the_other_runs_finish(tiny, tmp_path):
+    copy, rows = _copy(tiny, tmp_path)
+    run = copy / "runs" / rows[0]["run"]
+    data = bytearray((run / "checkpoint.pt").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (run / "checkpoint.pt").write_bytes(bytes(data))
+    (copy / "runs" / rows[1]["run"] / "result.json").unlink()  # the other run must be measured again meanwhile
+    with pytest.warns(UserWarning, match="another checkpoint than the one beside it"), pytest.raises(StudyError, match=rows[0]["run"]):
+        run_study(TINY, copy, quiet=True, workers=1)
+    written = load_results(copy / "results.json")
+    assert written[0]["failed"].startswith("refused:") and "linear_top1" not in written[0]
+    assert _strip(written[1:]) == _strip(rows[1:])
+
+
+def test_gather_counts_an_edited_row_as_missing_with_a_warning(tiny, tmp_path):
+    copy, rows = _copy(tiny, tmp_path)
+    path = copy / "runs" / rows[1]["run"] / "result.json"
+    path.write_text(_digit_edit(path.read_text(), json.loads(path.read_text())))
+    with pytest.warns(UserWarning, match=r"does not match its checksum.*counting run .* as missing.*--run 1"):
+        found, missing = gather(TINY, copy)
+    assert missing == [rows[1]["run"]] and _strip(found) == _strip(rows[:1] + rows[2:])
+
+
+# --- results.json: checksum beside it, fields by type and range ---------------------------------------------------------
+
+def test_results_json_edits_are_refused(tiny, tmp_path):
+    copy, rows = _copy(tiny, tmp_path)
+    path = copy / "results.json"
+    assert load_results(path) == rows
+    text = path.read_text()
+    for edited in (_digit_edit(text, rows[0]), text.replace(f'"run": "{rows[0]["run"]}"', '"run": "hacked"')):
+        path.write_text(edited)
+        with pytest.raises(StudyError, match="does not match its checksum in results.json.sha256"):
+            load_results(path)
+    path.write_text(text)
+    (copy / "results.json.sha256").unlink()
+    with pytest.raises(StudyError, match="checksum file results.json.sha256 is missing"):
+        load_results(path)
+
+
+@pytest.mark.parametrize("name", ["results.json", "first-run/results.json", "second-run/results.json", "third-run/results.json"])
+def test_the_shipped_studies_load_by_their_type_and_range_rules(name):
+    rows = load_results(ROOT / "data" / "study-digits" / name)
+    assert len(rows) == 36 and all("checksum" not in r for r in rows)
+
+
+@pytest.mark.parametrize("change, says", [
+    (dict(n_test="<script>alert(1)</script>"), "n_test must be an integer"),
+    (dict(linear_top1="0.9"), "linear_top1 must be a number in \\[0, 1\\]"),
+    (dict(tolerance=1.7), "tolerance must be a number"),
+    (dict(run="../../etc"), "run must be a run's folder name"),
+    (dict(converged="yes"), "converged must be true or false"),
+    (dict(top10_negatives=[0.5] * 9), "top10_negatives must be a list of 10"),
+])
+def test_an_unchecksummed_results_json_must_pass_every_rule(tmp_path, change, says):
+    rows = json.loads((ROOT / "data" / "study-digits" / "results.json").read_text())
+    rows[3].update(change)
+    (tmp_path / "results.json").write_text(json.dumps(rows))
+    with pytest.raises(StudyError, match=says):
+        load_results(tmp_path / "results.json")
+
+
+# --- the report escapes every field ---------------------------------------------------------------------------------------
+
+def test_the_report_escapes_every_field(tiny, tmp_path, monkeypatch):
+    _, rows = tiny
+    (tmp_path / "clean").mkdir()
+    scripts = write_report(rows, tmp_path / "clean", TINY).read_text().count("<script")  # plotly's own, inline
+    evil = "<script>alert(1)</script>"
+    bad = [{**rows[0], "run": evil}, {**rows[1], "n_test": evil}, failed_row(study_configs(TINY, 1438)[2], f"RuntimeError: {evil}")]
+
+    @dataclasses.dataclass
+    class Finding(study.Finding):
+        where: str = ""  # a field added later: rendered too
+    fake = lambda rs: [Finding(1, evil, evil, evil, rule=evil, where=evil)]
+    monkeypatch.setattr(study, "findings", fake)
+    monkeypatch.setattr(sr, "findings", fake)
+    monkeypatch.setattr(study, "report_sections", lambda rs: [(evil, f"first {evil}\n\nsecond <i>")], raising=False)
+    text = write_report(bad, tmp_path, TINY).read_text()
+    assert text.count("<script") <= scripts and "alert(1)</script>" not in text and "second <i>" not in text
+    assert text.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 8  # run, n_test, error, five fields of the finding, section
+    assert "<th>where</th>" in text and "<p>second &lt;i&gt;</p>" in text and f"<h2>{evil}" not in text
+    assert "3 of its 3 runs failed" in text and "n_test must be an integer" in text  # invalid rows are named, never evidence
+
+
+# --- never overwrite a file the package did not write --------------------------------------------------------------------
+
+def test_a_users_folder_is_refused_and_its_files_survive(tmp_path):
+    user = tmp_path / "mine"
+    user.mkdir()
+    files = {"results.csv": "a,b\n1,2\n", "results.json": "[1, 2]\n", "report.html": "<p>my report</p>", "notes.txt": "mine"}
+    for name, text in files.items(): (user / name).write_text(text)
+    with pytest.raises(StudyError, match="holds files this package did not write"):
+        run_study(TINY, user, quiet=True, workers=1)
+    assert {p.name: p.read_text() for p in user.iterdir()} == files
+    lone = tmp_path / "lone"
+    lone.mkdir()
+    (lone / "results.csv").write_text("mine\n")
+    with pytest.raises(StudyError, match="no .ctl-explore-study marker"):
+        claim_study_folder(lone, TINY)
+    for writer in (lambda: write_results([], lone), lambda: write_report([], lone)):
+        (lone / "report.html").write_text("mine")
+        with pytest.raises(StudyError, match="was not written by this package"):
+            writer()
+    assert (lone / "results.csv").read_text() == "mine\n" and (lone / "report.html").read_text() == "mine"
+
+
+def test_new_empty_and_marked_folders_are_taken(tmp_path):
+    assert claim_study_folder(tmp_path / "new" / "deep", TINY).is_dir()
+    (tmp_path / "empty").mkdir()
+    claim_study_folder(tmp_path / "empty", TINY)
+    assert json.loads((tmp_path / "empty" / STUDY_MARKER).read_text())["preset"] == "tiny"
+    (tmp_path / "empty" / "notes.txt").write_text("the user's, in the study's own folder")
+    claim_study_folder(tmp_path / "empty", TINY)  # a marked folder is the study's
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(StudyError, match="is a file, not a folder"):
+        claim_study_folder(tmp_path / "file", TINY)
+
+
+def test_a_study_folder_from_before_the_marker_is_recognised(tiny, tmp_path):
+    copy, rows = _copy(tiny, tmp_path)
+    (copy / STUDY_MARKER).unlink()
+    (copy / "results.json.sha256").unlink()
+    assert _strip(run_study(TINY, copy, quiet=True, workers=1)) == _strip(rows)  # recognised, marked, reused
+    assert (copy / STUDY_MARKER).is_file()
+    # a folder of runs/ that only look like a study's: a run folder whose name is not its configuration's
+    fake = tmp_path / "fake"
+    shutil.copytree(tiny[0], fake)
+    (fake / STUDY_MARKER).unlink()
+    os.rename(fake / "runs" / rows[0]["run"], fake / "runs" / "my-experiment")
+    with pytest.raises(StudyError, match="holds files this package did not write"):
+        run_study(TINY, fake, quiet=True, workers=1)
+    other = tmp_path / "other"
+    shutil.copytree(tiny[0], other)
+    (other / STUDY_MARKER).unlink()
+    (other / "thesis.tex").write_text("mine")
+    with pytest.raises(StudyError, match=r"holds files this package did not write \(.*thesis.tex"):
+        claim_study_folder(other, TINY)
+
+
+# --- a study survives its runs --------------------------------------------------------------------------------------------
+
+def test_diverging_runs_become_failed_rows_and_the_report_names_them(tmp_path):
+    torch.set_num_threads(1)
+    rows = run_study(WILD, tmp_path / "w", quiet=True, workers=1)
+    assert [r["run"] for r in rows] == [sr.run_name(c) for c in study_configs(WILD, 1438)] and len(rows) == 4
+    for r in rows:
+        assert r["failed"].startswith("TrainingDivergedError: training diverged at epoch 1") and "linear_top1" not in r
+        assert {"run", "loss", "tau", "seed", "alpha", "lam", "config"} <= set(r)
+    assert load_results(tmp_path / "w" / "results.json") == rows
+    text = write_report(rows, tmp_path / "w", WILD).read_text()
+    assert "4 of its 4 runs failed" in text and rows[0]["run"] in text and "training diverged" in text
+
+
+def test_any_error_in_a_run_fails_that_run_only_and_a_rerun_retries_only_it(tmp_path, monkeypatch):
+    torch.set_num_threads(1)
+    measured, real = [], sr.measure_run
+
+    def flaky(run_dir, **kw):
+        measured.append(Path(run_dir).name)
+        if Path(run_dir).name == "contrastive-tau0.5-seed0": raise OSError(28, "No space left on device", str(run_dir))
+        return real(run_dir, **kw)
+    monkeypatch.setattr(sr, "measure_run", flaky)
+    rows = run_study(TINY, tmp_path / "s", quiet=True, workers=1)
+    assert "failed" not in rows[0] and rows[1]["failed"].endswith("No space left on device")
+    assert json.loads((tmp_path / "s" / "runs" / rows[1]["run"] / "result.json").read_text())["failed"] == rows[1]["failed"]
+    monkeypatch.setattr(sr, "measure_run", lambda run_dir, **kw: measured.append(Path(run_dir).name) or real(run_dir, **kw))
+    measured.clear()
+    again = run_study(TINY, tmp_path / "s", quiet=True, workers=1)
+    assert measured == ["contrastive-tau0.5-seed0"] and again[0] == rows[0] and "failed" not in again[1]
+
+
+def test_failed_runs_in_workers_become_rows(tmp_path):
+    rows = run_study(WILD, tmp_path / "w", quiet=True, workers=2)
+    assert len(rows) == 4 and all(r["failed"].startswith("TrainingDivergedError") for r in rows)
+
+
+def test_ctrl_c_says_how_many_runs_are_saved(tmp_path, monkeypatch):
+    calls = []
+
+    def attempt(config, run_dir, *a):
+        calls.append(run_dir.name)
+        if len(calls) == 3: raise KeyboardInterrupt
+        return dict(failed="x") if len(calls) == 2 else dict(run=run_dir.name), None
+    monkeypatch.setattr(sr, "_attempt", attempt)
+    with pytest.raises(StudyInterrupted) as caught:
+        run_study(dataclasses.replace(TINY, taus=(0.1, 0.2, 0.5)), tmp_path / "s", quiet=True, workers=1)
+    assert "1 of its 6 runs finished and saved" in str(caught.value) and "1 failed" in str(caught.value)
+    assert "nothing saved" not in str(caught.value)
+
+
+def test_workers_are_capped_and_say_so(monkeypatch):
+    monkeypatch.setattr(sr, "_cores", lambda: 2)
+    with pytest.warns(UserWarning, match="workers lowered from 8 to 2: 3 run\\(s\\) left to train, 2 CPU core"):
+        assert sr._capped_workers(TINY, 8, 3) == 2
+    with pytest.warns(UserWarning, match="workers lowered from 4 to 1: 1 run"):
+        assert sr._capped_workers(TINY, 4, 1) == 1
+    assert sr._capped_workers(TINY, None, 40) == 2  # the default is not a request: no warning
+
+
+# --- GPUs as the scheduler gave them ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("listed, count, workers, expected", [
+    ("4,5,6,7", 4, 4, ["4", "5", "6", "7"]),
+    ("4,5,6,7", 4, 6, ["4", "5", "6", "7", "4", "5"]),
+    ("GPU-aa11,GPU-bb22", 2, 2, ["GPU-aa11", "GPU-bb22"]),
+    ("3, 1", 2, 3, ["3", "1", "3"]),
+    ("2,-1,5", 1, 2, ["2", "2"]),  # CUDA stops at the first negative entry
+    (None, 3, 3, ["0", "1", "2"]),
+])
+def test_workers_take_the_gpus_the_scheduler_listed(monkeypatch, listed, count, workers, expected):
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "restored after the test")
+    if listed is None: monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else: monkeypatch.setenv("CUDA_VISIBLE_DEVICES", listed)
+    assert sr.worker_devices(workers) == expected
+    for gpu in expected:  # what each worker's environment gets
+        q = queue.Queue()
+        q.put(gpu)
+        monkeypatch.setattr(torch, "set_num_threads", lambda n: None)
+        sr._worker_start(q)
+        assert os.environ["CUDA_VISIBLE_DEVICES"] == gpu
+
+
+def test_a_cuda_study_hands_its_workers_the_listed_gpus(tmp_path, monkeypatch):
+    "run_study on a faked 4-GPU allocation (4,5,6,7): each of its workers' environments names one of those GPUs."
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
+    seen = []
+
+    class FakePool:  # starts each "worker" here, as the real pool's processes would, and records its environment
+        def __init__(self, n, mp_context, initializer, initargs):
+            for _ in range(n):
+                with pytest.MonkeyPatch.context() as m:
+                    m.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
+                    m.setattr(torch, "set_num_threads", lambda n: None)
+                    initializer(initargs[0], None)
+                    seen.append(os.environ["CUDA_VISIBLE_DEVICES"])
+        def submit(self, *a, **k): raise RuntimeError("no real workers in this test")
+        def shutdown(self, **k): pass
+    monkeypatch.setattr(sr, "ProcessPoolExecutor", FakePool)
+    cuda = dataclasses.replace(TINY, device="cuda")
+    with pytest.raises(RuntimeError, match="no real workers"):
+        run_study(cuda, tmp_path / "s", quiet=True, workers=4)
+    assert seen == ["4", "5", "6", "7"]  # four runs, four workers, each on one of the listed GPUs
+    seen.clear()
+    with pytest.warns(UserWarning, match="workers lowered from 4 to 2: 2 run"), pytest.raises(RuntimeError, match="no real workers"):
+        run_study(dataclasses.replace(cuda, taus=(0.5,)), tmp_path / "t", quiet=True, workers=4)
+    assert seen == ["4", "5"]
+
+
+# --- workers die with their parent; a study from standard input -------------------------------------------------------------
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try: stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError: continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid: out.append(int(entry))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try: state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError: return False
+    return state != "Z"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process tree from /proc")
+def test_killing_the_parent_leaves_no_worker(tmp_path):
+    code = textwrap.dedent(f"""
+        from ctl_explore.study import StudyPreset
+        from ctl_explore.study_runs import run_study
+        p = StudyPreset("long", width=4, epochs=400, taus=(0.2, 0.5), seeds=(0,), simple_losses=False, linear_epochs=2)
+        run_study(p, {str(tmp_path / 'S')!r}, quiet=True, workers=2)
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", code], env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    while len([p for p in _children(parent.pid) if "spawn_main" in Path(f"/proc/{p}/cmdline").read_text()]) < 2:
+        assert parent.poll() is None and time.time() < deadline, parent.stderr.read().decode()[-2000:]
+        time.sleep(0.2)
+    while not list((tmp_path / "S" / "runs").glob("*/metrics.jsonl")):  # the workers are training
+        assert time.time() < deadline
+        time.sleep(0.2)
+    workers = _children(parent.pid)
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    deadline = time.time() + 5
+    while any(_alive(p) for p in workers) and time.time() < deadline: time.sleep(0.1)
+    left = [p for p in workers if _alive(p)]
+    for p in left: os.kill(p, signal.SIGKILL)
+    assert left == [], "workers outlived their parent"
+
+
+@pytest.mark.slow
+def test_a_study_from_standard_input_runs_its_workers(tmp_path):
+    script = textwrap.dedent(f"""
+        from ctl_explore.study import StudyPreset
+        from ctl_explore.study_runs import run_study
+        p = StudyPreset("tiny", width=4, epochs=1, taus=(0.2, 0.5), seeds=(0,), simple_losses=False, linear_epochs=1)
+        rows = run_study(p, {str(tmp_path / 'S')!r}, quiet=True, workers=2)
+        print(len(rows), sum("failed" in r for r in rows))
+    """)
+    proc = subprocess.run([sys.executable, "-"], input=script, env=ENV, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["2", "0"]

@@ -1,0 +1,256 @@
+"""Issue 24 under torchrun, on the CPU with two gloo processes: batch norm over the global batch without a boolean mask
+(values and gradients equal to one process's batch norm over the concatenated batch, 0 host syncs per step with the
+paper presets' network), a missing peer that times out in a sentence and obeys Ctrl-C, and a failing or silent rank that
+cannot hang its peers."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from ctl_explore.checks import count_host_syncs, value_checks
+from ctl_explore.data import TwoViewAugment
+from ctl_explore.memory_bank import MemoryBank
+from ctl_explore.train import (DIST_TIMEOUT_ENV, GlobalBatchNorm, PretrainConfig, ProcessGroupError, build_model, distributed_net,
+                               global_batchnorm, negatives_seen, pretrain, training_step, view_draws)
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+TINY = ["--width", "4", "--out-dim", "16", "--knn-k", "20", "--batch-size", "64", "--quiet", "--device", "cpu"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _spawn(fn, tmp_path: Path, *args) -> None:
+    "Run fn(rank, port, tmp_path, *args) in 2 spawned processes joined in a gloo group (a real launcher, as torchrun's workers)."
+    mp.start_processes(fn, args=(free_port(), tmp_path, *args), nprocs=2, start_method="spawn", join=True)
+
+
+def _join(rank: int, port: int) -> None:
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+
+
+# ---------------------------------------------------------------- GlobalBatchNorm = one batch norm over the global batch
+
+def _bn_worker(rank: int, port: int, out: Path) -> None:
+    _join(rank, port)
+    try:
+        results = {}
+        for name, shape, make in (("2d", (12, 5, 3, 3), torch.nn.BatchNorm2d), ("1d", (12, 7), torch.nn.BatchNorm1d)):
+            g = torch.Generator().manual_seed(0)
+            x_all = torch.randn(shape, generator=g) * 3 + 2      # the global batch; each process holds half of it
+            weights = torch.randn(shape, generator=g)            # the loss Σ weights·y, over the whole batch
+            part = slice(rank * shape[0] // 2, (rank + 1) * shape[0] // 2)
+            local = make(shape[1])
+            with torch.no_grad(): local.weight.uniform_(0.5, 1.5, generator=g); local.bias.uniform_(-1, 1, generator=g)
+            bn = global_batchnorm(local)
+            assert isinstance(bn, GlobalBatchNorm)
+            x = x_all[part].clone().requires_grad_()
+            y = bn(x)
+            (weights[part] * y).sum().backward()
+            for p in (bn.weight, bn.bias): dist.all_reduce(p.grad)  # the gradient of the global loss, as DDP sums it (before its mean)
+            results[name] = dict(y=y.detach(), x_grad=x.grad, w_grad=bn.weight.grad, b_grad=bn.bias.grad,
+                                 running_mean=bn.running_mean.clone(), running_var=bn.running_var.clone())
+            bn.eval()  # evaluation mode: the running statistics, no collective
+            results[name]["eval"] = bn(x.detach())
+        # compile under torchrun is refused before anything is loaded or written
+        for compile in (True, "step"):
+            try: pretrain(PretrainConfig(compile=compile, device="cpu"), out / f"compiled-{rank}", quiet=True)
+            except ValueError as e: results[f"compile {compile}"] = str(e)
+        results["compile folder"] = (out / f"compiled-{rank}").exists()
+        torch.save(results, out / f"bn-{rank}.pt")
+    finally: dist.destroy_process_group()
+
+
+def test_global_batchnorm_equals_one_batchnorm_over_the_concatenated_batch(tmp_path):
+    _spawn(_bn_worker, tmp_path)
+    ranks = [torch.load(tmp_path / f"bn-{r}.pt") for r in (0, 1)]
+    for name, shape, make in (("2d", (12, 5, 3, 3), torch.nn.BatchNorm2d), ("1d", (12, 7), torch.nn.BatchNorm1d)):
+        g = torch.Generator().manual_seed(0)
+        x_all = (torch.randn(shape, generator=g) * 3 + 2).requires_grad_()
+        weights = torch.randn(shape, generator=g)
+        bn = make(shape[1])
+        with torch.no_grad(): bn.weight.uniform_(0.5, 1.5, generator=g); bn.bias.uniform_(-1, 1, generator=g)
+        y = bn(x_all)
+        (weights * y).sum().backward()
+        got = {k: torch.cat([r[name][k] for r in ranks]) for k in ("y", "x_grad")}
+        torch.testing.assert_close(got["y"], y.detach(), rtol=1e-5, atol=1e-5, msg=name)
+        torch.testing.assert_close(got["x_grad"], x_all.grad, rtol=1e-5, atol=1e-5, msg=name)
+        for r in ranks:  # every process holds the same parameter gradients and running statistics as the one process
+            torch.testing.assert_close(r[name]["w_grad"], bn.weight.grad, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(r[name]["b_grad"], bn.bias.grad, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(r[name]["running_mean"], bn.running_mean, rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(r[name]["running_var"], bn.running_var, rtol=1e-5, atol=1e-6)
+        bn.eval()
+        torch.testing.assert_close(torch.cat([r[name]["eval"] for r in ranks]), bn(x_all.detach()), rtol=1e-5, atol=1e-5)
+        # and a per-process batch norm would not have matched: the halves' statistics differ from the whole's
+        half = make(shape[1]).train()
+        half.load_state_dict({k: v for k, v in bn.state_dict().items() if k in ("weight", "bias")}, strict=False)
+        assert not torch.allclose(half(x_all.detach()[: shape[0] // 2]), y.detach()[: shape[0] // 2], atol=1e-3)
+    for r in ranks:
+        for compile in (True, "step"):
+            assert f"compile={compile!r} is not supported under torchrun" in r[f"compile {compile}"]
+        assert r["compile folder"] is False
+
+
+def test_one_process_keeps_the_ordinary_batchnorm():
+    model = build_model(PretrainConfig(backbone="resnet18", dataset="cifar10", device="cpu"), 3, torch.device("cpu"))
+    assert distributed_net(model, torch.device("cpu")) is model  # no process group: nothing converted, nothing wrapped
+    assert not any(isinstance(m, GlobalBatchNorm) for m in model.modules())
+    bn = torch.nn.BatchNorm2d(4)
+    x = torch.randn(6, 4, 2, 2)
+    torch.testing.assert_close(global_batchnorm(torch.nn.Sequential(torch.nn.BatchNorm2d(4)))(x), bn(x))  # no group: batch norm
+
+
+# ---------------------------------------------------------------- no host sync per step with the paper presets' network
+
+def _sync_worker(rank: int, port: int, out: Path) -> None:
+    _join(rank, port)
+    try:
+        # the cifar10-paper preset's network and step (ResNet18, bf16 autocast, the memory bank), at 16 pixels to stay fast
+        config = PretrainConfig(dataset="cifar10", backbone="resnet18", precision="bf16", negatives="bank", batch_size=8,
+                                image_size=16, device="cpu")
+        device = torch.device("cpu")
+        model = build_model(config, 3, device)
+        net = distributed_net(model, device)
+        n_bn = sum(isinstance(m, GlobalBatchNorm) for m in model.modules())
+        images = torch.randint(0, 256, (32, 3, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+        optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
+        bank = MemoryBank(len(images), config.out_dim, generator=torch.Generator().manual_seed(1))
+        params = config.loss_params(negatives_seen(config, len(images)))
+        augment, g = TwoViewAugment("cifar10", size=16), torch.Generator().manual_seed(0)
+        order = torch.randperm(len(images), generator=g)
+        counts, losses = [], []
+        part = slice(rank * 4, (rank + 1) * 4)
+        for k in range(4):
+            with value_checks(False), count_host_syncs(trace=True) as syncs:
+                idx = order[k * 8:(k + 1) * 8]
+                aug, draws = view_draws(augment, images[idx], g, 1)
+                losses.append(training_step(net, optimizer, bank, images[idx], idx, aug, draws, config, params, g, part))
+            counts.append((syncs.total, dict(syncs.ops), syncs.where[:5]))
+        with count_host_syncs() as control:  # the counter is live in this process: a boolean mask is seen
+            x = torch.randn(5)
+            x[x > 0]
+        torch.save(dict(counts=counts, n_bn=n_bn, control=control.total, losses=torch.stack(losses),
+                        bank=bank.features.clone(), weight=model.head.weight.detach().clone()), out / f"sync-{rank}.pt")
+    finally: dist.destroy_process_group()
+
+
+def test_two_processes_step_without_a_host_sync(tmp_path):
+    _spawn(_sync_worker, tmp_path)
+    ranks = [torch.load(tmp_path / f"sync-{r}.pt") for r in (0, 1)]
+    for r in ranks:
+        assert r["n_bn"] == 20  # ResNet18's 20 batch norms, every one synchronised over the processes
+        # the first step makes the augmentation's constant tensors once per process (two host-to-device copies on CUDA);
+        # from then on a step reads nothing on the host and waits for nothing
+        assert set(r["counts"][0][1]) <= {"aten.lift_fresh"}, r["counts"][0]
+        assert [c[0] for c in r["counts"][1:]] == [0, 0, 0], r["counts"]
+        assert r["control"] == 1
+    # the processes agree: the bank holds the whole global batch's rows, DDP kept the weights equal
+    torch.testing.assert_close(ranks[0]["bank"], ranks[1]["bank"])
+    torch.testing.assert_close(ranks[0]["weight"], ranks[1]["weight"])
+
+
+# ---------------------------------------------------------------- a missing peer, Ctrl-C, a failing or silent rank
+
+def _alone(rank: int, port: int, timeout: str) -> dict:
+    return {**ENV, "WORLD_SIZE": "2", "RANK": str(rank), "LOCAL_RANK": str(rank), "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port), DIST_TIMEOUT_ENV: timeout}
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_missing_peer_times_out_in_a_sentence(tmp_path, rank):
+    start = time.monotonic()
+    run = subprocess.run([sys.executable, "-m", "ctl_explore.cli", "pretrain", "--out", str(tmp_path / "run"), *TINY],
+                         env=_alone(rank, free_port(), "3"), capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1, run.stderr[-2000:]
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("ctl-explore: error: process") and "could not form the torchrun group" in last, run.stderr[-2000:]
+    assert "within 3 s" in last and DIST_TIMEOUT_ENV in last and "Traceback" not in run.stderr
+    assert time.monotonic() - start < 60
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_bad_timeout_is_named():
+    run = subprocess.run([sys.executable, "-m", "ctl_explore.cli", "pretrain", "--out", "unused", *TINY],
+                         env=_alone(0, free_port(), "soon"), capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and f"the environment variable {DIST_TIMEOUT_ENV} must be a number of seconds" in run.stderr
+
+
+def test_ctrl_c_stops_the_wait_for_a_missing_peer(tmp_path):
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "ctl_explore.cli", "pretrain", "--out", str(tmp_path / "run"), *TINY],
+                            env=_alone(0, port, "300"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 120
+        while True:  # process 0 listens on MASTER_PORT once it waits for its peer
+            assert proc.poll() is None, proc.communicate()[1][-2000:]
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0: break
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        time.sleep(0.5)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None: proc.kill()
+    assert proc.returncode == 130 and "interrupted" in err, err[-2000:]
+    assert time.monotonic() - sent < 10  # at once, not at the 300 s timeout
+
+
+FAILING_RANK = """
+import os, sys, time
+from ctl_explore import train
+from ctl_explore.cli import main
+original = train.training_step
+def step(*args):
+    if os.environ["RANK"] == "1":
+        if os.environ["FAIL"] == "raise": raise RuntimeError("a bug in process 1")
+        time.sleep(600)  # silent: alive, but never joins the collective
+    return original(*args)
+train.training_step = step
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("fail", ["raise", "hang"])
+def test_a_failing_or_silent_rank_cannot_hang_its_peer(tmp_path, fail):
+    # started as a scheduler (srun, mpirun) starts them: nobody kills process 0 when process 1 fails
+    script = tmp_path / "failing_rank.py"
+    script.write_text(FAILING_RANK)
+    port, timeout = free_port(), "8" if fail == "hang" else "300"
+    procs = [subprocess.Popen([sys.executable, str(script), "pretrain", "--out", str(tmp_path / "run"), "--epochs", "1", *TINY],
+                              env={**_alone(r, port, timeout), "FAIL": fail}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in (0, 1)]
+    try:
+        start = time.monotonic()
+        _, err0 = procs[0].communicate(timeout=200)
+        elapsed = time.monotonic() - start
+    finally:
+        for p in procs:
+            if p.poll() is None: p.kill()
+        err1 = procs[1].communicate()[1]
+    assert procs[0].returncode == 1, err0[-3000:]
+    last = err0.strip().splitlines()[-1]
+    assert last.startswith("ctl-explore: error: process 0 of 2 stopped: a collective operation with the other processes failed"), err0[-3000:]
+    assert DIST_TIMEOUT_ENV in last and "Traceback" not in err0
+    if fail == "raise":
+        assert "a bug in process 1" in err1 and elapsed < 120  # process 1 aborted its group: process 0 did not wait 300 s
+    else:
+        assert "Timed out" in last or "timed out" in last.lower()
