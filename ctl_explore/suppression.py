@@ -34,11 +34,12 @@ from .study import Finding, direction_verdict
 # %% auto #0
 __all__ = ['BIT_CODINGS', 'EVAL_BITS', 'SUPPRESSION_LOSSES', 'ARCHS', 'SCHEDULES', 'AUGMENTS', 'RANDBIT_KS', 'TAUS',
            'RANDBIT_CONFIG', 'PROBE_MODES', 'EXPERIMENTS', 'CLL20_RANDBIT_MNIST', 'TAU_COLORS', 'SCALES',
-           'MULTIDIGITS_CONFIG', 'RANDBIT_MNIST_PAPER', 'PAPER_KS', 'twin_share', 'random_bits', 'append_bits',
-           'read_bits', 'RandBit', 'features', 'SuppressionConfig', 'convn_encoder', 'new_encoder',
+           'MULTIDIGITS_CONFIG', 'SHARED_CODE_SEED', 'RANDBIT_MNIST_PAPER', 'PAPER_KS', 'twin_share', 'random_bits',
+           'append_bits', 'read_bits', 'RandBit', 'features', 'SuppressionConfig', 'convn_encoder', 'new_encoder',
            'contrastive_objective', 'train_contrastive', 'randbit_augment', 'randbit_run', 'run_path', 'cached_result',
            'run_grid', 'randbit_figure', 'MultiDigits', 'make_multidigits', 'multidigits_run', 'multidigits_figure',
-           'accuracy_direction', 'at_chance', 'suppression_findings', 'zero_bit_confound', 'SuppressionExplorer',
+           'accuracy_direction', 'at_chance', 'suppression_findings', 'zero_bit_confound', 'code_seen_probability',
+           'shared_code_run', 'run_shared_codes', 'shared_code_summary', 'shared_codes_figure', 'SuppressionExplorer',
            'paper_table', 'randbit_mnist_paper']
 
 # %% ../nbs/12_feature_suppression.ipynb #6394e15b
@@ -631,6 +632,125 @@ def zero_bit_confound(rows: list[dict]) -> list[dict]:
     return [dict(tau=r["tau"], k=r["k"], trained_zero=r["digit_top1"], trained_shared=r["digit_top1_shared"],
                  random_zero=r["random_init_top1"], random_shared=r["random_init_top1_shared"],
                  out_of_distribution_drop=r["digit_top1_shared"] - r["digit_top1"]) for r in _by(rows, "k")]
+
+# %% ../nbs/12_feature_suppression.ipynb #992a09cf
+SHARED_CODE_SEED = 12345  # the seed of randbit_run's one shared code (RandBit.inputs' default); the j-th drawn code uses SHARED_CODE_SEED + j
+
+def code_seen_probability(
+    k: int,        # bits per code, >= 0
+    n_train: int,  # training images, each with its own code drawn uniformly from the 2^k codes
+) -> float:
+    "Probability that one code drawn uniformly from the 2^k codes is the code of at least one of the n_train training images."
+    check_int("k", k, 0); check_int("n_train", n_train, 0)
+    return -math.expm1(n_train * math.log1p(-(2.0 ** -k))) if k > 0 else float(n_train > 0)
+
+def _with_code(rb: RandBit, code: Tensor) -> Tensor:
+    "Every image of rb, normalised and not augmented, with the one code [k] (bool) in its bit channels."
+    p = rb.augment.params
+    return append_bits(to_float(rb.data.images, p.mean, p.std), code[None].expand(len(rb), -1), rb.coding)
+
+def shared_code_run(
+    k: int,                                     # bits per image, >= 1
+    config: SuppressionConfig = RANDBIT_CONFIG, # the run's settings; its seed seeds the codes, the weights and the batches
+    n_drawn: int = 5,                           # shared codes drawn at random (the first one is randbit_run's)
+    n_seen: int = 5,                            # shared codes copied from training images: codes the encoder was trained on
+    progress: bool = True,
+    data: tuple[ImageData, ImageData] | None = None,  # (train, test) splits; default load_dataset(config.dataset)
+) -> dict:
+    "Train one RandBit encoder exactly as randbit_run does; probe it and its random initialisation with each of several shared codes."
+    check_int("k", k, 1); check_int("n_drawn", n_drawn, 0); check_int("n_seen", n_seen, 0)
+    start = time.perf_counter()
+    if data is None: data = tuple(load_dataset(config.dataset, train=t) for t in (True, False))
+    train_data, test_data = data
+    size = train_data.images.shape[-1]
+    augment = randbit_augment(config, train_data.name if config.augment == "preset" else config.dataset, size)
+    train = RandBit(train_data, k, seed=config.seed, augment=augment, coding=config.bit_coding)
+    test = RandBit(test_data, k, seed=config.seed + 10_000, augment=augment, coding=config.bit_coding)
+    model, history, _ = train_contrastive(train.views, len(train), train.in_channels, config, progress,
+                                          desc=f"RandBit k={k} τ={config.tau:g} seed {config.seed}", labels=train.data.labels,
+                                          image_size=size)
+    untrained = new_encoder(train.in_channels, config, size).eval()
+    picks = torch.randperm(len(train), generator=torch.Generator().manual_seed(config.seed + 20_000))[:n_seen].tolist()
+    codes = [("drawn", random_bits(1, k, SHARED_CODE_SEED + j)[0]) for j in range(n_drawn)] + [("seen", train.bits[i]) for i in picks]
+    training_codes = {tuple(row) for row in train.bits.tolist()}
+    probes = []
+    for how, code in codes:
+        xs = [_with_code(rb, code) for rb in (train, test)]
+        acc = {name: _probe(m, xs[0], train.data.labels, xs[1], test.data.labels, config)
+               for name, m in (("trained", model), ("random_init", untrained))}
+        probes.append(dict(how=how, code="".join("1" if b else "0" for b in code.tolist()),
+                           in_training=tuple(code.tolist()) in training_codes, **acc))
+    return dict(experiment="randbit_shared_codes", k=k, tau=config.tau, seed=config.seed, probes=probes, final_loss=history[-1],
+                n_train=len(train), n_test=len(test), chance=_chance(test.data.labels),
+                wall_time_s=time.perf_counter() - start, config=asdict(config))
+
+def run_shared_codes(
+    k: int,                                     # bits per image
+    taus: Sequence[float],                      # temperatures
+    seeds: Sequence[int],                       # training seeds (each also draws the training codes)
+    out_dir: str | Path,                        # one JSON file per run: a killed grid resumes
+    config: SuppressionConfig = RANDBIT_CONFIG, # its tau and seed are replaced by each cell's
+    n_drawn: int = 5, n_seen: int = 5,
+    progress: bool = True,
+) -> list[dict]:
+    "shared_code_run for every (τ, seed), each cached in its own JSON file; the rows in grid order, τ outer."
+    out_dir = Path(out_dir); out_dir.mkdir(parents=True, exist_ok=True)
+    cells = [replace(config, tau=tau, seed=seed) for tau in taus for seed in seeds]  # also validates every tau and seed
+    rows = []
+    for cfg in tqdm(cells, desc=f"shared codes, k={k}", disable=not progress):
+        path = out_dir / f"sharedcodes-k{k}-tau{cfg.tau:g}-seed{cfg.seed}-{n_drawn}d{n_seen}s-{cfg.key()}.json"
+        if not path.exists(): _write_json(path, shared_code_run(k, cfg, n_drawn, n_seen, progress=False))
+        rows.append(json.loads(path.read_text()))
+    return rows
+
+# %% ../nbs/12_feature_suppression.ipynb #0f446125
+def _spread(values: list[float]) -> dict:
+    n = len(values)
+    mean = sum(values) / n if n else float("nan")
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else float("nan")
+    return dict(n=n, mean=mean, sd=sd, min=min(values, default=float("nan")), max=max(values, default=float("nan")))
+
+def shared_code_summary(rows: list[dict]) -> list[dict]:
+    """Per τ and per kind of code (seen in training or not): the trained − random-init accuracy gaps over every (seed, code),
+    their mean, sd, min and max, the spread of the per-seed means, and how many probes put the trained encoder clearly
+    below, within the test-set noise of, or clearly above its random initialisation (accuracy_direction)."""
+    out = []
+    for tau in sorted({r["tau"] for r in rows}):
+        for seen in (False, True):
+            probes = [(r["seed"], p, r["n_test"]) for r in rows if r["tau"] == tau for p in r["probes"] if p["in_training"] == seen]
+            if not probes: continue
+            gaps = [p["trained"] - p["random_init"] for _, p, _ in probes]
+            seeds = sorted({s for s, _, _ in probes})
+            per_seed = [_spread([p["trained"] - p["random_init"] for s, p, _ in probes if s == seed])["mean"] for seed in seeds]
+            d = [accuracy_direction(p["trained"], p["random_init"], n, n) for _, p, n in probes]
+            out.append(dict(tau=tau, seen=seen, gap=_spread(gaps), seed_means=_spread(per_seed), n_seeds=len(seeds),
+                            trained=_spread([p["trained"] for _, p, _ in probes]), random_init=_spread([p["random_init"] for _, p, _ in probes]),
+                            below=d.count(-1), within=d.count(0), above=d.count(1)))
+    return out
+
+def shared_codes_figure(rows: list[dict]) -> go.Figure:
+    "Trained − random-init probe accuracy with one shared code, one point per (seed, code), by τ: codes never seen in training and seen ones."
+    fig = go.Figure()
+    taus = sorted({r["tau"] for r in rows})
+    seeds = sorted({r["seed"] for r in rows})
+    for seen, symbol, offset in ((False, "circle", -0.15), (True, "diamond-open", 0.15)):
+        for j, seed in enumerate(seeds):
+            pts = [(taus.index(r["tau"]), p["trained"] - p["random_init"]) for r in rows if r["seed"] == seed
+                   for p in r["probes"] if p["in_training"] == seen]
+            if not pts: continue
+            jitter = [offset + 0.05 * (j - (len(seeds) - 1) / 2) for _ in pts]
+            fig.add_trace(go.Scatter(x=[x + dx for (x, _), dx in zip(pts, jitter)], y=[y for _, y in pts], mode="markers",
+                                     marker=dict(symbol=symbol, size=8, color=_PALETTE[j % len(_PALETTE)]),
+                                     name=f"seed {seed}, code {'seen' if seen else 'never seen'} in training",
+                                     legendgroup=f"{seen}", showlegend=True))
+    fig.add_hline(y=0, line=dict(color="black", width=1, dash="dot"), annotation_text="trained = random-init")
+    fig.update_xaxes(tickvals=list(range(len(taus))), ticktext=[f"τ = {t:g}" for t in taus], title="temperature")
+    fig.update_yaxes(title="trained − random-init accuracy, one shared code")
+    k = rows[0]["k"] if rows else "?"
+    fig.update_layout(height=430, title=f"RandBit, k = {k}: the shared-code probe over codes and training seeds")
+    return fig
+
+_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2")
 
 # %% ../nbs/12_feature_suppression.ipynb #0ead5f74
 _RING = dict(symbol="circle-open", size=16, color="black", line=dict(width=2))

@@ -377,3 +377,59 @@ def test_paper_preset_runs_on_fabricated_mnist_files(tmp_path, capsys):
     rows = randbit_mnist_paper(tmp_path / "runs", root=tmp_path, ks=(0, 5), taus=(0.1,), config=TOY_PAPER, progress=False)
     assert [r["k"] for r in rows] == [0, 5] and rows[0]["n_test"] == 100
     assert "/ 89.2" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- the shared-code probe over codes and seeds
+
+def test_code_seen_probability_matches_a_simulation_and_its_limits():
+    from ctl_explore.suppression import code_seen_probability
+    g = torch.Generator().manual_seed(1)
+    train = torch.randint(0, 2**5, (20000, 40), generator=g)       # k = 5: 40 training codes, 20000 trials
+    probe = torch.randint(0, 2**5, (20000, 1), generator=g)
+    simulated = (train == probe).any(dim=1).float().mean().item()
+    assert abs(simulated - code_seen_probability(5, 40)) < 0.01
+    assert math.isclose(code_seen_probability(16, 1438), 1 - (1 - 2**-16) ** 1438, rel_tol=1e-12)
+    assert code_seen_probability(16, 0) == 0.0 and code_seen_probability(0, 3) == 1.0
+    assert code_seen_probability(60, 10**6) > 0                    # no underflow to 0 where 2^-k is tiny
+    for k, n, message in ((-1, 5, "k must be an integer >= 0"), (4, -2, "n_train must be an integer >= 0")):
+        with pytest.raises(ValueError, match=message): code_seen_probability(k, n)
+
+
+def _probe_row(tau, seed, probes, n_test=359):
+    return dict(tau=tau, seed=seed, k=16, n_test=n_test,
+                probes=[dict(how="seen" if seen else "drawn", code="0", in_training=seen, trained=t, random_init=r) for seen, t, r in probes])
+
+
+def test_shared_code_summary_keeps_seen_and_unseen_codes_apart():
+    from ctl_explore.suppression import shared_code_summary
+    # built to fool a pooled mean: never-seen codes far below the random network, seen codes level with it
+    rows = [_probe_row(0.2, s, [(False, 0.40, 0.80), (False, 0.42, 0.80), (True, 0.80, 0.80), (True, 0.81, 0.80)]) for s in range(3)]
+    out = {s["seen"]: s for s in shared_code_summary(rows)}
+    assert math.isclose(out[False]["gap"]["mean"], -0.39) and out[False]["below"] == 6 and out[False]["within"] == 0
+    assert math.isclose(out[True]["gap"]["mean"], 0.005) and out[True]["within"] == 6 and out[True]["below"] == 0
+    assert out[False]["n_seeds"] == 3 and out[False]["seed_means"]["n"] == 3 and math.isclose(out[False]["seed_means"]["sd"], 0, abs_tol=1e-12)
+    # the spread over seeds is the spread of the per-seed means, not of the single probes
+    rows = [_probe_row(0.1, 0, [(False, 0.5, 0.8), (False, 0.9, 0.8)]), _probe_row(0.1, 1, [(False, 0.6, 0.8), (False, 0.8, 0.8)])]
+    (s,) = shared_code_summary(rows)
+    assert math.isclose(s["seed_means"]["mean"], -0.1) and math.isclose(s["seed_means"]["sd"], 0.0, abs_tol=1e-12) and s["gap"]["sd"] > 0.1
+    assert shared_code_summary([]) == []
+
+
+def test_shared_code_run_is_randbit_runs_probe_and_flags_seen_codes(tmp_path):
+    from ctl_explore.suppression import run_shared_codes, shared_code_run, shared_codes_figure
+    cfg = SuppressionConfig(epochs=1, width=4, out_dim=16, linear_epochs=5)
+    one = randbit_run(16, cfg, progress=False)
+    (row,) = run_shared_codes(16, (cfg.tau,), (0,), tmp_path, cfg, n_drawn=2, n_seen=2, progress=False)
+    first = row["probes"][0]
+    assert (first["trained"], first["random_init"]) == (one["digit_top1_shared"], one["random_init_top1_shared"])
+    assert [p["how"] for p in row["probes"]] == ["drawn", "drawn", "seen", "seen"] and all(p["in_training"] for p in row["probes"][2:])
+    bits = RandBit(load_dataset("digits"), 16, seed=0).bits
+    codes = {"".join("1" if b else "0" for b in r.tolist()) for r in bits}
+    assert all(p["in_training"] == (p["code"] in codes) for p in row["probes"])
+    files = list(tmp_path.glob("sharedcodes-*.json"))
+    assert len(files) == 1
+    assert run_shared_codes(16, (cfg.tau,), (0,), tmp_path, cfg, n_drawn=2, n_seen=2, progress=False) == [row]  # read back
+    fig = shared_codes_figure([row])
+    assert sum(len(t.y) for t in fig.data) == 4
+    with pytest.raises(ValueError, match="k must be an integer >= 1"): shared_code_run(0, cfg)
+    with pytest.raises(ValueError, match="tau must be a finite number > 0"): run_shared_codes(16, (0.0,), (0,), tmp_path, cfg)
