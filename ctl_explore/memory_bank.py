@@ -11,8 +11,9 @@ import torch.nn.functional as F
 from fastcore.basics import patch
 from torch import Tensor
 
-from .checks import check_bank_inputs, check_in_range, check_index_tensor, check_int, check_positive, checking_values
-from .losses import apply_loss, check_loss_params, dot_products, n_informative, pair_similarities, reduce_loss
+from .checks import check_bank_inputs, check_finite, check_in_range, check_index_tensor, check_int, check_positive, checking_values
+from .losses import (apply_loss, check_loss_params, check_temperature, dot_products, n_informative, pair_similarities,
+                                reduce_loss)
 
 # %% auto #0
 __all__ = ['MemoryBank', 'bank_similarities', 'bank_contrastive_loss', 'batch_loss']
@@ -46,6 +47,7 @@ def update(self: MemoryBank, idx: Tensor, z: Tensor) -> None:
     idx = check_index_tensor("idx", idx, z.shape[0], self.features.shape[0], "rows of the bank").to(self.features.device)
     if checking_values() and idx.unique().numel() != idx.numel():  # a host read: skipped inside value_checks(False)
         raise ValueError("idx must not repeat a row: each sample's row is updated once per batch")
+    check_finite("z", z, "features (a NaN or infinite row would spread into every similarity of the bank)")  # also a host read
     with torch.no_grad():
         mixed = self.momentum * self.features[idx].float() + (1 - self.momentum) * z.detach().float()
         self.features.index_copy_(0, idx, F.normalize(mixed, dim=1).to(self.features.dtype))
@@ -73,9 +75,9 @@ def bank_contrastive_loss(
     reduction: str = "mean",    # "mean", "sum", or "none" (shape [B])
 ) -> Tensor:
     "[WL21] Eq 1 (Eq 9 with `alpha`) of each query against the bank: the cross-entropy of q·bankᵀ/τ, the own row the class."
-    tau = check_positive("tau", tau)
     idx = check_bank_inputs(q, bank, idx)
     sim = dot_products(q, bank.to(q.dtype))  # [B, N] = q @ bank.T: s_ii at column idx[i], the N - 1 negatives elsewhere
+    tau = check_temperature(tau, sim)        # a ValueError naming the smallest safe τ where sim/τ would overflow
     if alpha is not None:
         others = sim.detach().scatter(1, idx[:, None], float("-inf"))  # the own row takes no part in the selection
         s_alpha = others.topk(n_informative(bank.shape[0] - 1, alpha), dim=1).values[:, -1:]
@@ -101,6 +103,7 @@ def loss(
 ) -> Tensor:
     "The loss named `loss` of the queries `q` [B, d] against the bank (its rows detached)."
     check_loss_params(loss, params)
+    if "tau" in params and isinstance(q, Tensor): check_temperature(params["tau"], dtype=q.dtype if q.is_floating_point() else None)
     if loss not in ("contrastive", "hard_contrastive"):
         return apply_loss(loss, *self.similarities(q, idx), reduction=reduction, **params)
     if fast: from ctl_explore.fast import fast_bank_contrastive_loss as bank_loss  # imported on first use only
