@@ -9,6 +9,7 @@ import argparse
 import dataclasses
 import json
 import sys
+import warnings
 from pathlib import Path
 
 from .data import DATASETS
@@ -93,6 +94,13 @@ def _folder(text: str) -> Path:
     if not text.strip(): raise argparse.ArgumentTypeError("must name a folder, not an empty string")
     return Path(text)
 
+def _workers(text: str) -> int:
+    "A --workers value: a whole number >= 1."
+    try: n = int(text)
+    except ValueError: n = 0
+    if n < 1: raise argparse.ArgumentTypeError(f"must be a whole number >= 1 (worker processes), got {text!r}")
+    return n
+
 def build_parser() -> argparse.ArgumentParser:
     "The `ctl-explore` argument parser with its subcommands."
     from ctl_explore.linear_eval import LinearEvalConfig
@@ -106,14 +114,17 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--preset", default="digits", choices=tuple(PRESETS),
                     help="digits: the embedded default, within 15 minutes on 2 CPU cores (benchmarks/results/study.md); smoke: seconds, for tests; "
                          "*-paper: [WL21]'s settings for CUDA machines (default: digits)")
-    st.add_argument("--out", type=Path, default=None, help="output folder (default: study-<preset>)")
+    st.add_argument("--out", type=_folder, default=None, help="output folder: new, empty, or a study's own (it holds the marker "
+                    ".ctl-explore-study); a folder holding other files is refused, never overwritten (default: study-<preset>)")
     st.add_argument("--device", default=None, help="override the preset's device (auto, cpu, cuda)")
     st.add_argument("--quiet", action="store_true", help="no progress bar")
-    st.add_argument("--workers", type=int, default=None, help="parallel worker processes, each training whole runs (default: "
-                    "one per CPU core, one thread each, for the ConvNet presets; one per GPU for the CUDA presets). Several "
+    st.add_argument("--workers", type=_workers, default=None, help="parallel worker processes, each training whole runs (default: "
+                    "one per CPU core, one thread each, for the ConvNet presets; one per GPU listed in CUDA_VISIBLE_DEVICES for the "
+                    "CUDA presets; never more than the runs left, the cores or the GPUs). Several "
                     "studies, e.g. a cluster's job array, may share one --out: a run is never trained by two at once")
     cluster = st.add_mutually_exclusive_group()
-    cluster.add_argument("--list", action="store_true", help="print the study's runs by index (one line each) and exit")
+    cluster.add_argument("--list", action="store_true", help="print the study's runs by index (one line each; with each run's state in --out, "
+                         "finished, failed and why, started or not started, when that folder holds the study) and exit")
     cluster.add_argument("--run", type=int, default=None, metavar="I", help="train and measure only run I of --list into --out "
                          "(one task of a cluster's job array, e.g. Slurm's $SLURM_ARRAY_TASK_ID; scripts/slurm-study.sh)")
     cluster.add_argument("--report", action="store_true", help="gather the finished runs in --out into results.csv/json and "
@@ -147,44 +158,16 @@ def _sentence(e: BaseException) -> str:
 def main(argv: list[str] | None = None) -> int:
     "Entry point of the `ctl-explore` command."
     from ctl_explore.data import DatasetNotFoundError
-    from ctl_explore.linear_eval import LinearEvalConfig, linear_eval
-    from ctl_explore.study import StudyError
-    from ctl_explore.train import pretrain
+    from ctl_explore.study_runs import StudyError, StudyInterrupted
     parser = build_parser()
     args = vars(parser.parse_args(argv))
     command = args.pop("command")
     try:
-        if command == "study":
-            from ctl_explore.study import report_study, run_one, run_study, study_plan, write_report
-            out = args["out"] or Path(f"study-{args['preset']}")
-            if args["list"]:
-                print("index\trun\tloss\ttau\tseed\tepochs")
-                for p in study_plan(args["preset"]):
-                    print(f"{p['index']}\t{p['run']}\t{p['loss']}\t{'' if p['tau'] is None else format(p['tau'], 'g')}\t{p['seed']}\t{p['epochs']}")
-            elif args["run"] is not None:
-                row = run_one(args["preset"], args["run"], out, device=args["device"])
-                if row is None:
-                    print(f"run {args['run']} is being trained by another process right now; nothing to do "
-                          f"(run the same command later to resume it if that process dies)")
-                else: print(json.dumps({k: row[k] for k in ("run", "linear_top1", "uniformity", "converged", "collapsed")}))
-            elif args["report"]:
-                report, missing = report_study(args["preset"], out)
-                print(f"report: {report}" + (f"; {len(missing)} run(s) not finished yet: {', '.join(missing)}" if missing else ""))
-            else:
-                rows = run_study(args["preset"], out, quiet=args["quiet"], device=args["device"], workers=args["workers"])
-                report = write_report(rows, out, args["preset"])
-                print(f"{len(rows)} runs; results in {out / 'results.csv'}; report: {report}")
-        elif command == "pretrain":
-            out, restart, quiet, threads = args.pop("out"), args.pop("restart"), args.pop("quiet"), args.pop("threads")
-            config = PretrainConfig(**args)
-            last = pretrain(config, out, quiet=quiet, restart=restart, threads=threads)
-            print(json.dumps({"run": str(out), **last}))
-        else:
-            run, random_init, device = args.pop("run"), args.pop("random_init"), args.pop("device")
-            result = linear_eval(run, LinearEvalConfig(**args), random_init=random_init, device=device)
-            print(json.dumps({"run": str(run), "top1": result["top1"], "random_init": random_init}))
+        with warnings.catch_warnings():  # the library's warnings (a result measured again, workers lowered) as one line each
+            warnings.showwarning = lambda message, *a, **k: print(f"ctl-explore: warning: {message}", file=sys.stderr)
+            return _run(command, args)
     except KeyboardInterrupt as e:  # Ctrl-C: where it stopped, and how to go on; no traceback
-        said = str(e) if isinstance(e, TrainingInterrupted) else "interrupted; run the same command to resume"
+        said = str(e) if isinstance(e, (TrainingInterrupted, StudyInterrupted)) else "interrupted; run the same command to resume"
         print(f"ctl-explore: {said}", file=sys.stderr)
         return 130
     except ValueError as e:  # a value the options describe is wrong: a usage error (exit status 2)
@@ -192,6 +175,58 @@ def main(argv: list[str] | None = None) -> int:
     except (CheckpointError, RunFolderError, TrainingDivergedError, DatasetNotFoundError, StudyError, OSError) as e:  # runtime failures
         print(f"ctl-explore: error: {_sentence(e)}", file=sys.stderr)
         return 1
+
+def _failures(rows: list[dict]) -> str:
+    "The failed runs among `rows`, named with their errors (the first three), in one line."
+    failed = [r for r in rows if "failed" in r]
+    named = "; ".join(f"{r['run']}: {r['failed']}" for r in failed[:3]) + (" …" if len(failed) > 3 else "")
+    return f"{len(failed)} of {len(rows)} runs failed ({named}); run the same command to retry them"
+
+def _run(command: str, args: dict) -> int:
+    "The work of one command; its errors are turned into sentences by `main`."
+    from ctl_explore.linear_eval import LinearEvalConfig, linear_eval
+    from ctl_explore.train import pretrain
+    if command == "study":
+        from ctl_explore.study_runs import load_results, report_study, run_one, run_study, study_plan, study_status, write_report
+        out = args["out"] or Path(f"study-{args['preset']}")
+        if args["list"]:
+            states = (out / "runs").is_dir()
+            print("index\trun\tloss\ttau\tseed\tepochs" + ("\tstate" if states else ""))
+            for p in (study_status(args["preset"], out) if states else study_plan(args["preset"])):
+                print(f"{p['index']}\t{p['run']}\t{p['loss']}\t{'' if p['tau'] is None else format(p['tau'], 'g')}\t{p['seed']}\t{p['epochs']}"
+                      + (f"\t{p['state']}" if states else ""))
+        elif args["run"] is not None:
+            row = run_one(args["preset"], args["run"], out, device=args["device"])
+            if row is None:
+                print(f"run {args['run']} is being trained by another process right now; nothing to do "
+                      f"(run the same command later to resume it if that process dies)")
+            elif "failed" in row:
+                print(f"ctl-explore: run {row['run']} failed: {row['failed']}; run the same command to retry it", file=sys.stderr)
+                return 1
+            else: print(json.dumps({k: row[k] for k in ("run", "linear_top1", "uniformity", "converged", "collapsed")}))
+        elif args["report"]:
+            report, missing = report_study(args["preset"], out)
+            print(f"report: {report}" + (f"; {len(missing)} run(s) not finished yet: {', '.join(missing)}" if missing else ""))
+            rows = load_results(out / "results.json")
+            if any("failed" in r for r in rows):
+                print(f"ctl-explore: {_failures(rows)}", file=sys.stderr)
+                return 1
+        else:
+            rows = run_study(args["preset"], out, quiet=args["quiet"], device=args["device"], workers=args["workers"])
+            report = write_report(rows, out, args["preset"])
+            print(f"{len(rows)} runs; results in {out / 'results.csv'}; report: {report}")
+            if any("failed" in r for r in rows):
+                print(f"ctl-explore: {_failures(rows)}", file=sys.stderr)
+                return 1
+    elif command == "pretrain":
+        out, restart, quiet, threads = args.pop("out"), args.pop("restart"), args.pop("quiet"), args.pop("threads")
+        config = PretrainConfig(**args)
+        last = pretrain(config, out, quiet=quiet, restart=restart, threads=threads)
+        print(json.dumps({"run": str(out), **last}))
+    else:
+        run, random_init, device = args.pop("run"), args.pop("random_init"), args.pop("device")
+        result = linear_eval(run, LinearEvalConfig(**args), random_init=random_init, device=device)
+        print(json.dumps({"run": str(run), "top1": result["top1"], "random_init": random_init}))
     return 0
 
 # %% ../nbs/90_cli.ipynb #13384519

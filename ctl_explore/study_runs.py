@@ -7,15 +7,23 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import ctypes
 import dataclasses
+import hashlib
 import html as _html
+import io
 import json
 import math
 import multiprocessing as mp
 import os
 import re
+import signal
+import string
+import sys
 import tempfile
+import threading
 import time
+import types
 import warnings
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
@@ -24,21 +32,129 @@ import plotly.graph_objects as go
 import torch
 from tqdm.auto import tqdm
 
+import ctl_explore.study as study  # RESULT_FORMAT, RESULT_KEYS and the judging are read from it at call time
 from .data import load_dataset
-from .train import (EXECUTION_KEYS, CheckpointError, PretrainConfig, RunBusyError, load_checkpoint, lr_at, pretrain,
-                               run_identity, run_lock, save_checkpoint, threads_for, write_json_atomic)
-from .study import (CRITERIA, RESULT_FORMAT, RESULT_KEYS, SIGNIFICANCE, Criteria, StudyPreset, check_run, findings,
-                               first_drop, get_preset, measure_run, run_name, study_configs, study_figures, table1,
-                               trajectory_figure, usable)
+from .train import (EXECUTION_KEYS, PRETRAIN_LOSSES, CheckpointError, PretrainConfig, RunBusyError, RunFolderError,
+                               _write_atomic, load_checkpoint, lr_at, pretrain, run_identity, run_lock, save_checkpoint,
+                               threads_for, write_json_atomic)
+from .study import (CRITERIA, SIGNIFICANCE, Criteria, StudyPreset, check_run, findings, first_drop, get_preset,
+                               measure_run, run_name, study_configs, study_figures, table1, trajectory_figure, usable)
 
 # %% auto #0
-__all__ = ['StudyError', 'is_stretch', 'saved_row', 'stretch_run', 'default_workers', 'run_study', 'write_results',
-           'load_results', 'study_plan', 'run_one', 'gather', 'report_study', 'write_report']
+__all__ = ['SEAL_KEYS', 'FIELD_RULES', 'FAILED_KEYS', 'STUDY_MARKER', 'STUDY_ENTRIES', 'REPORT_GENERATOR', 'REPORT_TEMPLATE',
+           'StudyError', 'row_checksum', 'seal_row', 'unsealed', 'file_digest', 'row_problems', 'failed_row',
+           'is_stretch', 'saved_row', 'stretch_run', 'visible_gpus', 'worker_devices', 'default_workers',
+           'claim_study_folder', 'StudyInterrupted', 'run_study', 'write_results', 'load_results', 'study_plan',
+           'run_one', 'gather', 'study_status', 'report_study', 'write_report']
 
 # %% ../nbs/16_study_machinery.ipynb #26f3af10
 class StudyError(RuntimeError):
-    "A study folder that holds runs of another configuration, or a run that cannot be trained or measured."
+    "A study folder that holds runs of another configuration or files the study did not write, or a run the study must not touch."
 
+SEAL_KEYS = ("checkpoint", "checksum")  # what a run's result.json adds to its row: the checkpoint it measured, and its own checksum
+
+def row_checksum(row: dict) -> str:
+    "sha256 of the row's canonical JSON (sorted keys, no spaces, ASCII), its own `checksum` field left out."
+    text = json.dumps({k: v for k, v in row.items() if k != "checksum"}, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+def seal_row(row: dict, checkpoint: dict | None = None) -> dict:
+    "The row as a run's result.json holds it: `checkpoint` (its epoch and sha256) when measured, and the checksum over all of it."
+    sealed = json.loads(json.dumps({**row, **({"checkpoint": checkpoint} if checkpoint else {})}))  # exactly as it reads back
+    return {**sealed, "checksum": row_checksum(sealed)}
+
+def unsealed(row: dict) -> dict:
+    "The row without what only its file needs (`SEAL_KEYS`): what results.json, the report and the judging see."
+    return {k: v for k, v in row.items() if k not in SEAL_KEYS}
+
+def file_digest(path: str | Path) -> str:
+    "sha256 of a file's bytes, as hex."
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""): h.update(block)
+    return h.hexdigest()
+
+# %% ../nbs/16_study_machinery.ipynb #3c1f0a21
+def _number(v) -> bool: return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+def _integer(v) -> bool: return isinstance(v, int) and not isinstance(v, bool)
+def _within(lo, hi): return lambda v: _number(v) and lo <= v <= hi
+_COSINE = _within(-1 - 1e-6, 1 + 1e-6)  # cosine similarities, allowing float rounding
+
+def _valid_config(v) -> bool:
+    if not isinstance(v, dict): return False
+    try: PretrainConfig.from_dict(v)
+    except (TypeError, ValueError): return False
+    return True
+
+def _trajectory(v) -> bool:
+    return isinstance(v, list) and all(isinstance(p, dict) and _integer(p.get("epoch")) and p["epoch"] >= 1
+                                       and all(_number(p.get(k)) for k in ("uniformity", "tolerance", "knn_accuracy")) for p in v)
+
+FIELD_RULES = {  # what every field of a row must be; a field not named here is covered by the row's checksum only
+    "run": (lambda v: isinstance(v, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,199}", v) is not None,
+            "a run's folder name (letters, digits, '.', '_', '+', '-')"),
+    "loss": (lambda v: isinstance(v, str) and v in PRETRAIN_LOSSES, "the name of one of the package's losses"),
+    "tau": (lambda v: v is None or (_number(v) and v > 0), "a number > 0 (null for the Simple losses)"),
+    "alpha": (lambda v: v is None or (_number(v) and 0 < v <= 1), "a number in (0, 1], or null"),
+    "lam": (lambda v: v is None or (_number(v) and v >= 0), "a number >= 0, or null"),
+    "seed": (lambda v: _integer(v) and v >= 0, "an integer >= 0"),
+    "linear_top1": (_within(0, 1), "a number in [0, 1]"),
+    "uniformity": (_within(0, 8), "a number in [0, 8] (−log of a mean of exp(−2‖u − v‖²))"),
+    "tolerance": (_COSINE, "a number in [−1, 1]"),
+    "alignment": (_within(0, 4), "a number in [0, 4] (a mean squared distance of unit vectors)"),
+    "pos_similarity": (_COSINE, "a number in [−1, 1]"),
+    "top10_negatives": (lambda v: isinstance(v, list) and len(v) == 10 and all(_COSINE(x) for x in v), "a list of 10 numbers in [−1, 1]"),
+    "neighbour_purity": (_within(0, 1), "a number in [0, 1]"),
+    "n_train": (lambda v: _integer(v) and v >= 1, "an integer >= 1"),
+    "n_test": (lambda v: _integer(v) and v >= 1, "an integer >= 1"),
+    "converged": (lambda v: isinstance(v, bool), "true or false"),
+    "collapsed": (lambda v: isinstance(v, bool), "true or false"),
+    "uniformity_change": (lambda v: v is None or _number(v), "a finite number, or null"),
+    "knn_change": (lambda v: v is None or _number(v), "a finite number, or null"),
+    "wall_time_s": (lambda v: _number(v) and v >= 0, "a number >= 0"),
+    "probe": (lambda v: isinstance(v, dict) and set(v) == {"epochs", "normalize", "augment"} and _integer(v["epochs"])
+              and v["epochs"] >= 1 and isinstance(v["normalize"], bool) and isinstance(v["augment"], bool),
+              "the linear probe's protocol: {epochs: an integer >= 1, normalize: true/false, augment: true/false}"),
+    "trajectory": (_trajectory, "a list of {epoch: an integer >= 1, uniformity, tolerance, knn_accuracy: finite numbers}"),
+    "config": (_valid_config, "a valid pretraining configuration"),
+    "result_format": (lambda v: isinstance(v, str), "a format name"),
+    "failed": (lambda v: isinstance(v, str) and v.strip() != "", "a sentence"),
+    "checkpoint": (lambda v: isinstance(v, dict) and set(v) == {"epoch", "sha256"} and _integer(v["epoch"]) and v["epoch"] >= 1
+                   and isinstance(v["sha256"], str) and re.fullmatch(r"[0-9a-f]{64}", v["sha256"]) is not None,
+                   "{epoch: an integer >= 1, sha256: 64 hex digits}"),
+    "checksum": (lambda v: isinstance(v, str) and re.fullmatch(r"sha256:[0-9a-f]{64}", v) is not None, "'sha256:' and 64 hex digits"),
+}
+FAILED_KEYS = ("run", "loss", "tau", "seed", "alpha", "lam", "failed", "config")  # what a failed run's row holds
+
+def _short(v) -> str:
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+def row_problems(row, required: tuple[str, ...] = ()) -> list[str]:
+    "What is wrong with `row`, one phrase per field: `required` fields missing, and every field present that breaks its rule in `FIELD_RULES` (extended by `ctl_explore.study.FIELD_RULES` if that module defines one)."
+    if not isinstance(row, dict): return [f"a row must be a mapping, got a {type(row).__name__}"]
+    rules = {**FIELD_RULES, **getattr(study, "FIELD_RULES", {})}
+    problems = [f"{k} is missing" for k in required if k not in row]
+    for k, v in row.items():
+        if k in rules and not rules[k][0](v): problems.append(f"{k} must be {rules[k][1]}, got {_short(v)}")
+    return problems
+
+def failed_row(config: PretrainConfig, error: BaseException | str) -> dict:
+    "The row of a run that failed: what it is (run, loss, τ, seed, α, λ, configuration) and its error as one sentence, no measurements."
+    simple = config.loss in ("simple", "hard_simple")
+    return dict(run=run_name(config), loss=config.loss, tau=None if simple else config.tau, seed=config.seed,
+                alpha=config.alpha if config.loss.startswith("hard") else None, lam=config.lam if simple else None,
+                failed=error if isinstance(error, str) else _one_sentence(error),
+                config=json.loads(json.dumps(config.to_dict())), result_format=study.RESULT_FORMAT)
+
+def _one_sentence(e: BaseException) -> str:
+    "An exception as one line a person reads: its kind and the first line of its message."
+    if isinstance(e, OSError) and e.strerror: text = f"{e.filename}: {e.strerror}" if e.filename else e.strerror
+    else: text = (str(e).strip().splitlines() or [""])[0]
+    text = f"{type(e).__name__}: {text}" if text else type(e).__name__
+    return text if len(text) <= 400 else text[:397] + "..."
+
+# %% ../nbs/16_study_machinery.ipynb #5b7e9d40
 def _config_diff(saved: dict, asked: dict) -> dict:
     return {k: (saved.get(k), asked.get(k)) for k in sorted(set(saved) | set(asked)) if saved.get(k) != asked.get(k)}
 
@@ -49,27 +165,47 @@ def is_stretch(saved: dict, asked: dict, stretch: tuple[int, int | None] = (0, N
     return (step > 0 and most is not None and isinstance(e0, int) and isinstance(e1, int) and {**saved, "epochs": e0} == asked
             and e0 < e1 <= most and (e1 - e0) % step == 0)
 
-def saved_row(run_dir: str | Path, config: PretrainConfig, stretch: tuple[int, int | None] = (0, None)) -> dict | None:
-    "The finished row in `run_dir`/result.json if it is valid and belongs to `config` (or a stretch of it); None if the run must be measured (again)."
-    path = Path(run_dir) / "result.json"
-    if not path.exists(): return None
+def _probe_row(probe: dict) -> dict:
+    "A study's probe arguments (linear_epochs, normalize, augment) as a row records them."
+    return dict(epochs=probe["linear_epochs"], normalize=probe["normalize"], augment=probe["augment"])
+
+def saved_row(run_dir: str | Path, config: PretrainConfig, stretch: tuple[int, int | None] = (0, None), probe: dict | None = None,
+              then: str = "measuring run {run} again from its checkpoint") -> dict | None:
+    "The row in `run_dir`/result.json if every check passes (see above); a failed run's row as it is; None, with a warning naming the file and the failed check, if the run must be measured (again). `StudyError` if it holds another configuration's run."
+    run_dir = Path(run_dir)
+    path = run_dir / "result.json"
+    if not path.exists() and not path.is_symlink(): return None
+    def again(what: str) -> None:
+        warnings.warn(f"{path} {what}; {then.format(run=run_dir.name)}", stacklevel=3)
+    if path.is_symlink() or not path.is_file(): return again("is not a regular file")
     try: row = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        warnings.warn(f"{path} is unreadable ({type(e).__name__}: {e}); measuring run {Path(run_dir).name} again from its checkpoint")
-        return None
-    if not isinstance(row, dict) or not set(RESULT_KEYS) <= set(row) or not isinstance(row.get("config"), dict):
-        warnings.warn(f"{path} is not a complete result row; measuring run {Path(run_dir).name} again from its checkpoint")
-        return None
-    if row.get("result_format") != RESULT_FORMAT: return None  # an older package's row: measure again
-    asked = run_identity(config)  # where it ran (device, compile) is not part of a run's identity
-    try: saved = run_identity(PretrainConfig.from_dict(row["config"]))  # fields added since: their defaults
-    except (TypeError, ValueError) as e:
-        raise StudyError(f"{path} holds a configuration this version cannot read ({e}); delete {Path(run_dir)}, "
-                         "or give the study another output folder (--out)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e: return again(f"is unreadable ({type(e).__name__}: {e})")
+    if not isinstance(row, dict): return again(f"holds a {type(row).__name__}, not a result row")
+    if "checksum" not in row: return again("carries no checksum (written by an older version of the package, or by hand)")
+    if row["checksum"] != row_checksum(row): return again("does not match its checksum (a value in it was edited or damaged)")
+    if row.get("result_format") != study.RESULT_FORMAT:
+        return again(f"is of result format {row.get('result_format')!r}, not this version's {study.RESULT_FORMAT!r}")
+    failed = "failed" in row
+    problems = row_problems(row, FAILED_KEYS if failed else tuple(study.RESULT_KEYS) + ("probe", "config", "checkpoint"))
+    if problems: return again(f"is not a valid result row ({'; '.join(problems[:3])})")
+    if row["run"] != run_dir.name: return again(f"names run {row['run']!r}, not its folder's {run_dir.name!r}")
+    saved_config = PretrainConfig.from_dict(row["config"])
+    asked, saved = run_identity(config), run_identity(saved_config)  # where it ran (device, compile) is not part of a run's identity
     if saved != asked and not is_stretch(saved, asked, stretch):
-        raise StudyError(f"{Path(run_dir)} holds a run of another configuration (saved vs this study: {_config_diff(saved, asked)}); "
+        if failed: return again("records a failure of another configuration")
+        raise StudyError(f"{run_dir} holds a run of another configuration (saved vs this study: {_config_diff(saved, asked)}); "
                          "delete that folder, or give the study another output folder (--out)")
-    return row
+    if run_name(saved_config) != run_dir.name: return again(f"holds the configuration of run {run_name(saved_config)!r}")
+    if failed: return unsealed(row)
+    if probe is not None and row["probe"] != _probe_row(probe):
+        return again(f"was measured with another linear-probe protocol ({_probe_text(row['probe'])}; this study: "
+                     f"{_probe_text(_probe_row(probe))})")
+    checkpoint, recorded = run_dir / "checkpoint.pt", row["checkpoint"]
+    if recorded["epoch"] != saved_config.epochs: return again(f"was measured at epoch {recorded['epoch']} of {saved_config.epochs}")
+    if not checkpoint.is_file(): return again("has no checkpoint beside it")
+    if file_digest(checkpoint) != recorded["sha256"]:
+        return again("was measured from another checkpoint than the one beside it (the checkpoint's sha256 differs from the one recorded)")
+    return unsealed(row)
 
 # %% ../nbs/16_study_machinery.ipynb #ae63c241
 def stretch_run(run_dir: str | Path, epochs: int) -> PretrainConfig:
@@ -113,22 +249,40 @@ def _train(config: PretrainConfig, run_dir: Path, threads: int | None, stretch: 
         config = stretch_run(run_dir, config.epochs + step)
     pretrain(config, run_dir, quiet=True, threads=threads)
 
+def _measure(run_dir: Path, probe: dict, threads: int | None) -> dict:
+    "Measure the finished run in `run_dir`; its row sealed with the checkpoint it measured. ValueError if a value breaks its rule."
+    path = run_dir / "checkpoint.pt"
+    digest, epoch = file_digest(path), load_checkpoint(path)["epoch"]
+    with _threads(threads): row = measure_run(run_dir, **probe)
+    row = seal_row(row, dict(epoch=epoch, sha256=digest))
+    problems = row_problems(row, tuple(study.RESULT_KEYS))
+    if problems: raise ValueError(f"its measurement is out of range ({'; '.join(problems[:3])})")
+    return row
+
 def _train_and_measure(config: PretrainConfig, run_dir: Path, probe: dict, threads: int | None = None,
                        stretch: tuple[int, int | None] = (0, None)) -> dict | None:
-    "The run's row: reused if valid, else trained (resuming, stretched if it has not settled) and measured, all under the run folder's lock; None if another writer holds it."
+    "The run's row, all under the run folder's lock: reused if it passes every check, else trained (resuming, stretched if unsettled) and measured; a failed row if that raised; None if another writer holds the folder. `StudyError` for a folder the study must not touch."
     try:
         with run_lock(run_dir):
-            row = saved_row(run_dir, config, stretch)
-            if row is not None: return row
-            try: _train(config, run_dir, threads, stretch)
+            row = saved_row(run_dir, config, stretch, probe)
+            if row is not None and "failed" not in row: return row  # a failed run is tried again
+            try:
+                _train(config, run_dir, threads, stretch)
+                row = _measure(run_dir, probe, threads)
+                write_json_atomic(run_dir / "result.json", row)
+                return unsealed(row)
             except CheckpointError as e:
                 raise StudyError(f"run {run_dir.name}: {_without_restart_advice(e)}; the study does not start runs over by itself: "
                                  f"delete {run_dir} to train it again, or give the study another output folder (--out)") from None
-            with _threads(threads): row = measure_run(run_dir, **probe)
-            write_json_atomic(run_dir / "result.json", row)
-            return row
+            except (StudyError, RunFolderError): raise
+            except Exception as e:  # diverged, out of memory, a full disk, a bug: this run fails, the study goes on
+                row = failed_row(config, e)
+                with contextlib.suppress(OSError, RunFolderError): write_json_atomic(run_dir / "result.json", seal_row(row))
+                return row
     except RunBusyError:
         return None
+    except RunFolderError as e:  # a symbolic link, foreign files, a folder that cannot be written: the study writes nothing there
+        raise StudyError(f"run {run_dir.name}: {e}") from None
 
 def _without_restart_advice(e: Exception) -> str:
     "A checkpoint error's message without its advice to restart the run, which `ctl-explore study` does not take."
@@ -142,118 +296,301 @@ def _threads(n: int | None):
     try: yield
     finally: torch.set_num_threads(before)
 
-def _worker_start(gpus) -> None:
-    "A study worker process: one CUDA device of its own (when the study runs on CUDA), one CPU thread otherwise."
+def _attempt(config: PretrainConfig, run_dir: Path, probe: dict, threads: int | None, stretch) -> tuple[dict | None, str | None]:
+    "(row, refusal): `_train_and_measure`'s row, or a failed row and the sentence of a `StudyError` (a run the study must not touch)."
+    try: return _train_and_measure(config, run_dir, probe, threads, stretch), None
+    except StudyError as e: return failed_row(config, f"refused: {e}"), str(e)
+
+# %% ../nbs/16_study_machinery.ipynb #b189bd88
+def visible_gpus() -> list[str]:
+    "The GPUs this process may use, named as the scheduler named them: the entries of CUDA_VISIBLE_DEVICES (indices or UUIDs; CUDA stops at the first negative one), else 0 … device_count − 1."
+    count = torch.cuda.device_count()
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is None: return [str(i) for i in range(count)]
+    ids = []
+    for entry in (e.strip() for e in listed.split(",")):
+        if not entry or entry.startswith("-"): break
+        ids.append(entry)
+    return ids[:count] if count < len(ids) else ids
+
+def worker_devices(workers: int) -> list[str]:
+    "The CUDA_VISIBLE_DEVICES of each of `workers` CUDA workers: one of the parent's visible GPUs each, in turn."
+    gpus = visible_gpus()
+    if not gpus: raise StudyError("the study runs on CUDA but this process sees no GPU (CUDA_VISIBLE_DEVICES hides them, or none is installed)")
+    return [gpus[i % len(gpus)] for i in range(workers)]
+
+def _die_with(parent: int) -> None:
+    "End this process when `parent` ends: Linux's parent-death signal, and a watching thread everywhere (the parent's pid changes)."
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: the kernel kills this worker when the thread that started it ends
+    def watch():
+        while os.getppid() == parent: time.sleep(0.5)
+        os._exit(1)
+    if os.getppid() != parent: os._exit(1)  # the parent ended before the signal was set
+    threading.Thread(target=watch, daemon=True, name="ctl-explore-parent-watch").start()
+
+def _worker_start(gpus, parent: int | None = None) -> None:
+    "A study worker process: dies with its parent; one CUDA device of its own (when the study runs on CUDA), one CPU thread otherwise."
+    if parent is not None: _die_with(parent)
     if gpus is not None: os.environ["CUDA_VISIBLE_DEVICES"] = str(gpus.get())
     torch.set_num_threads(1)
 
-def _work(config_dict: dict, run_dir: str, probe: dict, stretch: tuple[int, int | None] = (0, None)) -> dict | None:
+def _work(config_dict: dict, run_dir: str, probe: dict, stretch: tuple[int, int | None] = (0, None)) -> tuple[dict | None, str | None]:
     config = PretrainConfig.from_dict(config_dict)
-    return _train_and_measure(config, Path(run_dir), probe, threads_for(config), stretch)
+    return _attempt(config, Path(run_dir), probe, threads_for(config), stretch)
 
-# %% ../nbs/16_study_machinery.ipynb #b189bd88
+def _on_cuda(p: StudyPreset) -> bool:
+    return p.device.startswith("cuda") or (p.device == "auto" and torch.cuda.is_available())
+
+def _cores() -> int:
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
 def default_workers(preset: str | StudyPreset) -> int:
-    "Worker processes for a study: one per CUDA device on a CUDA preset, one per CPU core (each with one thread) for the small ConvNet, else 1."
+    "Worker processes for a study: one per visible CUDA device on a CUDA preset, one per CPU core (each with one thread) for the small ConvNet, else 1."
     p = get_preset(preset)
-    if p.device.startswith("cuda") or (p.device == "auto" and torch.cuda.is_available()): return max(1, torch.cuda.device_count())
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1) if p.backbone == "convnet" else 1
+    if _on_cuda(p): return max(1, len(visible_gpus()))
+    return _cores() if p.backbone == "convnet" else 1
+
+def _capped_workers(p: StudyPreset, asked: int | None, pending: int) -> int:
+    "`asked` (or the default) workers, capped by the runs left to train and the GPUs or cores there are; a warning when a request is lowered."
+    n = default_workers(p) if asked is None else asked
+    limit, what = (len(visible_gpus()), "GPU(s) visible") if _on_cuda(p) else (_cores(), "CPU core(s) this process may use")
+    capped = max(1, min(n, pending, max(1, limit)))
+    if asked is not None and capped < asked:
+        warnings.warn(f"workers lowered from {asked} to {capped}: {pending} run(s) left to train, {limit} {what}", stacklevel=3)
+    return capped
+
+@contextlib.contextmanager
+def _plain_main():
+    "While workers start, hide the parent's __main__ from them: spawned workers re-import it (a script read from standard input cannot be, and an unguarded script would run again), and they run only this module's code."
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try: yield
+    finally:
+        if main is not None: sys.modules["__main__"] = main
+
+def _stop(pool: ProcessPoolExecutor, kill: bool) -> None:
+    "Shut the pool down; with `kill`, end its workers now (runs in progress resume from their last checkpoint)."
+    if kill:  # Python 3.14 has pool.terminate_workers(); before it, the pool's processes are only reachable this way
+        for proc in list((getattr(pool, "_processes", None) or {}).values()):
+            with contextlib.suppress(Exception): proc.kill()
+    pool.shutdown(wait=not kill, cancel_futures=True)
+
+# %% ../nbs/16_study_machinery.ipynb #4a6e0c93
+STUDY_MARKER = ".ctl-explore-study"   # the file that makes a folder a study's own
+STUDY_ENTRIES = ("runs", "results.csv", "results.json", "results.json.sha256", "report.html")  # what a study writes at its top
+
+def _ours(name: str) -> bool:
+    "A top-level entry a study writes: one of `STUDY_ENTRIES`, its marker, or the temporary file of one of them."
+    base = re.sub(r"\.\d+\.[A-Za-z0-9_]+\.tmp$|\.\d+\.tmp$", "", name)
+    return base in STUDY_ENTRIES + (STUDY_MARKER,)
+
+def _older_study(folder: Path) -> bool:
+    "Whether `folder` is a study folder written before the marker existed: only a study's own entries at its top, and a runs/ folder whose every entry is a run folder named as the package names the run in its config.json, at least one of them with a checkpoint."
+    if not all(_ours(e.name) for e in os.scandir(folder)) or not (folder / "runs").is_dir() or (folder / "runs").is_symlink(): return False
+    runs = list(os.scandir(folder / "runs"))
+    if not runs: return True  # nothing but an empty runs/: nothing there to overwrite
+    for entry in runs:
+        if not entry.is_dir(follow_symlinks=False): return False
+        try:
+            config = PretrainConfig.from_dict(json.loads((Path(entry.path) / "config.json").read_text()))
+            if run_name(config) != entry.name: return False
+        except (OSError, ValueError, TypeError, UnicodeDecodeError, AttributeError): return False
+    return any((Path(e.path) / "checkpoint.pt").is_file() for e in runs)
+
+def claim_study_folder(out_dir: str | Path, preset: str | StudyPreset) -> Path:
+    "Make sure the study may write into `out_dir`: new (created here), empty, already marked as a study's, or a study folder of an older version (marked now); `StudyError` with a sentence otherwise."
+    out, p = Path(out_dir), get_preset(preset)
+    marker = out / STUDY_MARKER
+    if out.is_symlink() and not out.exists(): raise StudyError(f"{out} is a broken symbolic link: remove it, or give the study another folder (--out)")
+    if out.exists() and not out.is_dir(): raise StudyError(f"{out} is a file, not a folder: give the study another folder (--out)")
+    if marker.is_symlink() or (marker.exists() and not marker.is_file()):
+        raise StudyError(f"{marker} is not a regular file, so {out} is not a study folder of this package: give the study another folder (--out)")
+    if marker.is_file(): return out
+    try: out.mkdir(parents=True, exist_ok=True)
+    except OSError as e: raise StudyError(f"cannot create the study folder {out} ({e.strerror or e}): give the study another folder (--out)") from None
+    entries = sorted(e.name for e in os.scandir(out))
+    if entries and not _older_study(out):
+        names = ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
+        raise StudyError(f"{out} holds files this package did not write ({names}) and no {STUDY_MARKER} marker, and a study writes only "
+                         "into a new or empty folder or one of its own: give the study another folder (--out), or move those files away")
+    try: write_json_atomic(marker, dict(written_by="ctl_explore study", preset=p.name))
+    except (OSError, RunFolderError) as e: raise StudyError(f"cannot write into the study folder {out} ({e}): give the study another folder (--out)") from None
+    return out
+
+def _study_dir(p: StudyPreset, out_dir: str | Path | None) -> Path:
+    out = Path(out_dir if out_dir is not None else f"study-{p.name}")
+    if str(out) in ("", "."): raise ValueError("out_dir must name a folder for the study, not the current folder")
+    return out
+
+def _n_train(p: StudyPreset) -> int:
+    return len(load_dataset(p.dataset, train=True, progress=False))  # the bank's size sets the Simple losses' λ
+
+def _probe(p: StudyPreset) -> dict:
+    return dict(linear_epochs=p.linear_epochs, normalize=p.probe_normalize, augment=p.probe_augment)
+
+def _finished(run_dir: Path, config: PretrainConfig, stretch, probe: dict) -> dict | None:
+    "The run's row if it is finished and passes every check (quietly: the run's worker says what failed when it measures it again)."
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try: row = saved_row(run_dir, config, stretch, probe)
+        except StudyError: return None
+    return row if row is not None and "failed" not in row else None
+
+# %% ../nbs/16_study_machinery.ipynb #9d3b5f12
+class StudyInterrupted(KeyboardInterrupt):
+    "Ctrl-C during a study; the message says how many runs are finished and saved, and that the same call continues."
+    def __init__(self, saved: int, failed: int, total: int, out_dir: Path):
+        self.saved, self.failed, self.total, self.out_dir = saved, failed, total, out_dir
+        more = f", {failed} failed" if failed else ""
+        super().__init__(f"study interrupted: {saved} of its {total} runs finished and saved in {out_dir / 'runs'}{more}; runs in progress "
+                         "resume from their last checkpoint; run the same command to continue")
 
 def run_study(
     preset: str | StudyPreset = "digits",
-    out_dir: str | Path | None = None,  # default: study-<preset>
+    out_dir: str | Path | None = None,  # default: study-<preset>; new, empty, or a study's own (see claim_study_folder)
     quiet: bool = False,
     device: str | None = None,          # override the preset's device
-    workers: int | None = None,         # parallel worker processes; None: default_workers(preset)
+    workers: int | None = None,         # parallel worker processes; None: default_workers(preset); capped by the runs left and the cores/GPUs
     poll_s: float = 2.0,                # how often to look again at runs another process holds
 ) -> list[dict]:
-    "Train and measure every run of `preset` (reusing finished ones); write results.csv and results.json; return the rows in the order of `study_configs`."
+    "Train and measure every run of `preset` (reusing finished ones, retrying failed ones); write results.csv and results.json; return the rows in the order of `study_configs`, a failed run's as a row with its error under 'failed'."
     p = get_preset(preset)
     if device is not None: p = dataclasses.replace(p, device=device)
-    workers = default_workers(p) if workers is None else workers
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
-    out_dir = Path(out_dir if out_dir is not None else f"study-{p.name}")
-    if str(out_dir) in ("", "."): raise ValueError("out_dir must name a folder for the study, not the current folder")
-    n_train = len(load_dataset(p.dataset, train=True, progress=False))  # the bank size sets the Simple losses' λ
-    configs = study_configs(p, n_train)
-    probe = dict(linear_epochs=p.linear_epochs, normalize=p.probe_normalize, augment=p.probe_augment)
-    (out_dir / "runs").mkdir(parents=True, exist_ok=True)
+    if isinstance(poll_s, bool) or not isinstance(poll_s, (int, float)) or not 0 < poll_s < math.inf:
+        raise ValueError(f"poll_s must be a number of seconds > 0, got {poll_s!r}")
+    out_dir = _study_dir(p, out_dir)
+    configs = study_configs(p, _n_train(p))
+    probe = _probe(p)
+    claim_study_folder(out_dir, p)
+    (out_dir / "runs").mkdir(exist_ok=True)
+    dirs = [out_dir / "runs" / run_name(c) for c in configs]
     rows: dict[int, dict] = {}
-    bar = tqdm(total=len(configs), desc=f"study {p.name}", disable=quiet)
-    pending = list(range(len(configs)))
-    pool = None
-    if workers > 1:
-        from ctl_explore.study_runs import _work, _worker_start  # the library's, so that spawned workers can import them (also from a notebook)
-        gpus = None
-        if p.device.startswith("cuda") or (p.device == "auto" and torch.cuda.is_available()):
-            gpus = mp.get_context("spawn").Queue()
-            for i in range(workers): gpus.put(i % max(1, torch.cuda.device_count()))
-        pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_worker_start, initargs=(gpus,))
+    for i, c in enumerate(configs):
+        row = _finished(dirs[i], c, p.stretch, probe)
+        if row is not None: rows[i] = row
+    pending = [i for i in range(len(configs)) if i not in rows]
+    n_workers = _capped_workers(p, workers, len(pending)) if pending else 1
+    refused: list[str] = []
+    bar = tqdm(total=len(configs), initial=len(rows), desc=f"study {p.name}", disable=quiet)
+    pool, killed = None, False
     try:
+        if n_workers > 1:
+            gpus = None
+            if _on_cuda(p):
+                gpus = mp.get_context("spawn").Queue()
+                for gpu in worker_devices(n_workers): gpus.put(gpu)
+            pool = ProcessPoolExecutor(n_workers, mp_context=mp.get_context("spawn"), initializer=_worker_start,
+                                       initargs=(gpus, os.getpid()))
         while pending:
             busy = []
-            if pool is None:
-                for i in pending:
-                    row = _train_and_measure(configs[i], out_dir / "runs" / run_name(configs[i]), probe, stretch=p.stretch)
-                    if row is None: busy.append(i)
-                    else: rows[i] = row; bar.update()
-            else:
-                futures = {pool.submit(_work, configs[i].to_dict(), str(out_dir / "runs" / run_name(configs[i])), probe, p.stretch): i
-                           for i in pending}
-                for future in _as_completed(futures):
-                    i, row = futures[future], future.result()
-                    if row is None: busy.append(i)
-                    else: rows[i] = row; bar.update()
+            for i, (row, refusal) in _attempts(pool, configs, dirs, pending, probe, p.stretch):
+                if row is None: busy.append(i); continue
+                rows[i] = row
+                if refusal: refused.append(refusal)
+                bar.update()
+                if "failed" in row: bar.set_postfix_str(f"{sum('failed' in r for r in rows.values())} failed")
             if busy:
                 bar.set_postfix_str(f"{len(busy)} run(s) held by another process")
                 time.sleep(poll_s)
             pending = busy
+    except KeyboardInterrupt:
+        killed = True
+        raise StudyInterrupted(sum("failed" not in r for r in rows.values()), sum("failed" in r for r in rows.values()),
+                               len(configs), out_dir) from None
     finally:
         bar.close()
-        if pool is not None: pool.shutdown(cancel_futures=True)
+        if pool is not None: _stop(pool, kill=killed)
     ordered = [rows[i] for i in range(len(configs))]
     write_results(ordered, out_dir)
+    if refused:
+        raise StudyError(refused[0] + (f" ({len(refused) - 1} more run(s) refused likewise; {out_dir / 'results.json'} names them)"
+                                       if len(refused) > 1 else ""))
     return ordered
 
-def _as_completed(futures):
-    "Futures as they finish; the first failure cancels the rest and is raised."
+def _attempts(pool, configs, dirs, pending, probe, stretch):
+    "(index, (row, refusal)) of each pending run as it finishes: in this process, or in the pool's workers."
+    if pool is None:
+        for i in pending: yield i, _attempt(configs[i], dirs[i], probe, None, stretch)
+        return
+    with _plain_main():  # the workers start while these are submitted
+        futures = {pool.submit(_work, configs[i].to_dict(), str(dirs[i]), probe, stretch): i for i in pending}
     left = set(futures)
     while left:
         done, left = wait(left, return_when=FIRST_COMPLETED)
         for f in done:
-            if f.exception() is not None:
-                for g in left: g.cancel()
-                raise f.exception()
-            yield f
+            i = futures[f]
+            try: yield i, f.result()
+            except KeyboardInterrupt: raise
+            except BaseException as e:  # the worker process died (killed, out of memory): this run fails, the others go on
+                yield i, (failed_row(configs[i], f"its worker process ended abruptly ({type(e).__name__}); run the study again to retry it"), None)
+
+# %% ../nbs/16_study_machinery.ipynb #0c8d2e75
+def _checksum_file(path: Path) -> Path: return path.with_name(path.name + ".sha256")
+
+def _replaceable(path: Path) -> None:
+    "`StudyError` unless `path` is absent, in a folder marked as a study's, or looks like a file a study writes (never overwrite a user's file of the same name)."
+    if not path.exists() and not path.is_symlink(): return
+    if (path.parent / STUDY_MARKER).is_file() and path.is_file() and not path.is_symlink(): return
+    try:
+        head = path.read_text()[:4000] if path.is_file() and not path.is_symlink() else None
+        ours = head is not None and {"report.html": lambda: REPORT_GENERATOR in head,
+                                     "results.csv": lambda: head.startswith("run,loss,"),
+                                     "results.json": lambda: head.lstrip().startswith("[") and '"run"' in head,
+                                     "results.json.sha256": lambda: re.match(r"[0-9a-f]{64}  results\.json", head) is not None
+                                     }.get(path.name, lambda: False)()
+    except (OSError, UnicodeDecodeError): ours = False
+    if not ours: raise StudyError(f"{path} was not written by this package, and a study does not overwrite what it did not write: "
+                                  "move it away, or write the study's results into another folder")
 
 def write_results(rows: list[dict], out_dir: str | Path) -> None:
-    "The tidy table, as results.json (every row whole) and results.csv (one column per top-10 negative rank, no trajectories)."
+    "The tidy table, as results.json (every row whole, a failed run's with its error), results.json.sha256 (its checksum, as `sha256sum` writes it) and results.csv (one column per top-10 negative rank, no trajectories)."
     out_dir = Path(out_dir)
-    write_json_atomic(out_dir / "results.json", rows)
-    cols = [k for k in RESULT_KEYS if k != "top10_negatives"] + [f"top_negative_{r}" for r in range(1, 11)]
-    tmp = out_dir / f"results.csv.{os.getpid()}.tmp"
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=cols)
-        w.writeheader()
-        for row in rows:
-            w.writerow({**{k: row[k] for k in cols if not k.startswith("top_negative_")},
-                        **{f"top_negative_{r}": v for r, v in enumerate(row["top10_negatives"], 1)}})
-        f.flush(); os.fsync(f.fileno())
-    os.replace(tmp, out_dir / "results.csv")
+    names = ("results.json", "results.json.sha256", "results.csv")
+    for name in names: _replaceable(out_dir / name)
+    rows = [unsealed(r) for r in rows]
+    text = json.dumps(rows, indent=2) + "\n"
+    _write_atomic(out_dir / "results.json", lambda f: f.write(text.encode()))
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    _write_atomic(out_dir / "results.json.sha256", lambda f: f.write(f"{digest}  results.json\n".encode()))
+    cols = [k for k in study.RESULT_KEYS if k != "top10_negatives"] + [f"top_negative_{r}" for r in range(1, 11)] + ["failed"]
+    table = io.StringIO()
+    w = csv.DictWriter(table, fieldnames=cols, extrasaction="ignore")
+    w.writeheader()
+    for row in rows:
+        w.writerow({**row, **{f"top_negative_{r}": v for r, v in enumerate(row.get("top10_negatives") or [], 1)}})
+    _write_atomic(out_dir / "results.csv", lambda f: f.write(table.getvalue().encode()))
 
 def load_results(path: str | Path) -> list[dict]:
-    "The rows of a study's results.json (e.g. the digits study shipped in data/study-digits/)."
+    "The rows of a study's results.json, verified: against results.json.sha256 beside it when the study wrote one (always, in a study's marked folder); every field by its type and range (the only check a file written before checksums, such as the course's data/study-digits/, can have). `StudyError` with a sentence otherwise."
     path = Path(path)
-    try: rows = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e: raise StudyError(f"{path} is not a readable results.json ({e})") from None
-    if not isinstance(rows, list) or not all(isinstance(r, dict) and set(RESULT_KEYS) <= set(r) for r in rows):
-        raise StudyError(f"{path} does not hold a study's rows (a list of results with {', '.join(RESULT_KEYS)})")
+    try: data = path.read_bytes()
+    except OSError as e: raise StudyError(f"{path} cannot be read ({e.strerror or e})") from None
+    sums = _checksum_file(path)
+    if sums.is_file():
+        try: recorded = sums.read_text().split()[0]
+        except (OSError, UnicodeDecodeError, IndexError): recorded = None
+        if recorded != hashlib.sha256(data).hexdigest():
+            raise StudyError(f"{path} does not match its checksum in {sums.name} (it was edited or damaged since the study wrote it); "
+                             "write it again with the study (--report), or restore it")
+    elif (path.parent / STUDY_MARKER).is_file():
+        raise StudyError(f"{path} lies in a study folder but its checksum file {sums.name} is missing, so it cannot be trusted; "
+                         "write both again with the study (--report)")
+    try: rows = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e: raise StudyError(f"{path} is not a readable results.json ({e})") from None
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise StudyError(f"{path} does not hold a study's rows (a list of results with {', '.join(study.RESULT_KEYS)})")
+    for i, r in enumerate(rows):
+        problems = row_problems(r, FAILED_KEYS if "failed" in r else tuple(study.RESULT_KEYS))
+        if problems:
+            name = r["run"] if FIELD_RULES["run"][0](r.get("run")) else f"number {i + 1}"
+            raise StudyError(f"{path} is not a valid results.json: its row {name} is wrong ({'; '.join(problems[:3])})")
     return rows
 
 # %% ../nbs/16_study_machinery.ipynb #fe4f3d27
-def _n_train(p: StudyPreset) -> int:
-    return len(load_dataset(p.dataset, train=True, progress=False))  # the bank's size sets the Simple losses' λ
-
 def study_plan(preset: str | StudyPreset = "digits", n_train: int | None = None) -> list[dict]:
     "The study's runs in order — index, run name, loss, τ, seed, epochs, configuration: what `--list` prints and `--run I` trains."
     p = get_preset(preset)
@@ -261,35 +598,48 @@ def study_plan(preset: str | StudyPreset = "digits", n_train: int | None = None)
     return [dict(index=i, run=run_name(c), loss=c.loss, tau=None if c.loss in ("simple", "hard_simple") else c.tau, seed=c.seed,
                  epochs=c.epochs, config=c) for i, c in enumerate(configs)]
 
-def _study_dir(p: StudyPreset, out_dir: str | Path | None) -> Path:
-    out = Path(out_dir if out_dir is not None else f"study-{p.name}")
-    if str(out) in ("", "."): raise ValueError("out_dir must name a folder for the study, not the current folder")
-    return out
-
 def run_one(preset: str | StudyPreset, index: int, out_dir: str | Path | None = None, device: str | None = None) -> dict | None:
-    "Train (resuming) and measure run `index` of the study in `out_dir`: its row, or None when another process holds the run now."
+    "Train (resuming) and measure run `index` of the study in `out_dir`: its row (a failed run's with its error under 'failed'), or None when another process holds the run now."
     p = get_preset(preset)
     if device is not None: p = dataclasses.replace(p, device=device)
     plan = study_plan(p)
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(plan):
         raise ValueError(f"index must be an integer in [0, {len(plan) - 1}] (the study's {len(plan)} runs; see --list), got {index!r}")
-    out = _study_dir(p, out_dir)
-    (out / "runs").mkdir(parents=True, exist_ok=True)
+    out = claim_study_folder(_study_dir(p, out_dir), p)
+    (out / "runs").mkdir(exist_ok=True)
     config = plan[index]["config"]
-    probe = dict(linear_epochs=p.linear_epochs, normalize=p.probe_normalize, augment=p.probe_augment)
-    return _train_and_measure(config, out / "runs" / run_name(config), probe, threads_for(config), p.stretch)
+    return _train_and_measure(config, out / "runs" / run_name(config), _probe(p), threads_for(config), p.stretch)
 
 def gather(preset: str | StudyPreset, out_dir: str | Path | None = None) -> tuple[list[dict], list[str]]:
-    "The finished rows of the study in `out_dir`, in plan order, and the names of the runs not finished yet."
+    "The finished rows of the study in `out_dir` (a failed run's with its error), in plan order, and the names of the runs not finished yet (or whose result.json failed a check: a warning says which)."
     p = get_preset(preset)
     out = _study_dir(p, out_dir)
     if not (out / "runs").is_dir(): raise StudyError(f"{out} holds no study (no runs/ folder): check --out, or run the study first")
     rows, missing = [], []
     for item in study_plan(p):
-        row = saved_row(out / "runs" / item["run"], item["config"], p.stretch)
+        row = saved_row(out / "runs" / item["run"], item["config"], p.stretch, _probe(p),
+                        then=f"counting run {{run}} as missing (train and measure it again: --run {item['index']})")
         if row is None: missing.append(item["run"])
         else: rows.append(row)
     return rows, missing
+
+def study_status(preset: str | StudyPreset, out_dir: str | Path | None = None) -> list[dict]:
+    "Each run of the plan with its state in `out_dir`: 'finished', 'failed: <its error>', 'started' (a checkpoint, no result yet) or 'not started'."
+    p = get_preset(preset)
+    out = _study_dir(p, out_dir)
+    plan = study_plan(p)
+    if not (out / "runs").is_dir(): return [{**item, "state": "not started"} for item in plan]
+    status = []
+    for item in plan:
+        run_dir = out / "runs" / item["run"]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try: row = saved_row(run_dir, item["config"], p.stretch, _probe(p))
+            except StudyError: row = dict(failed="refused: the folder holds a run of another configuration")
+        state = ("finished" if row is not None and "failed" not in row else f"failed: {row['failed']}" if row is not None
+                 else "started" if (run_dir / "checkpoint.pt").exists() else "not started")
+        status.append({**item, "state": state})
+    return status
 
 def report_study(preset: str | StudyPreset, out_dir: str | Path | None = None) -> tuple[Path, list[str]]:
     "Gather the finished runs into results.csv, results.json and report.html; return the report's path and the runs still missing."
@@ -297,6 +647,7 @@ def report_study(preset: str | StudyPreset, out_dir: str | Path | None = None) -
     out = _study_dir(p, out_dir)
     rows, missing = gather(p, out)
     if not rows: raise StudyError(f"no run of the {p.name} study has finished in {out} yet ({len(missing)} to go)")
+    claim_study_folder(out, p)
     write_results(rows, out)
     return write_report(rows, out, p, missing), missing
 
@@ -304,72 +655,140 @@ def report_study(preset: str | StudyPreset, out_dir: str | Path | None = None) -
 _WL21_SCALE = dict(dataset="CIFAR10 (also CIFAR100, SVHN, ImageNet100)", train_images="50,000", model="ResNet18", image_size="32",
                    epochs="200", steps="78,000 (200 × 390)", batch="128",
                    linear_probe="100 epochs on raw features of augmented training images (the authors' code)")
+REPORT_GENERATOR = '<meta name="generator" content="ctl_explore study report">'
+
+REPORT_TEMPLATE = string.Template("""<!doctype html><html><head><meta charset="utf-8">$generator<title>ctl_explore temperature study: $dataset</title>
+<style>body{font-family:sans-serif;max-width:1150px;margin:2em auto;} table{border-collapse:collapse;margin:0.5em 0} td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top} .v{font-weight:bold} .scroll{max-height:22em;overflow:auto} .failed{color:#a00}</style>
+</head><body><h1>The temperature study on $dataset: [WL21]'s findings tested at this scale</h1>
+<p>Wang &amp; Liu, <i>Understanding the Behaviour of Contrastive Loss</i>, CVPR 2021 [WL21], make six findings about the temperature τ. This study trains $n_rows runs (preset <b>$preset</b>$preset_note) and tests each finding by a rule stated in advance. Of the six, <b>$n_reproduced reproduced</b>, $n_not_reproduced not reproduced and $n_inconclusive inconclusive <i>at this scale</i>: a verdict here speaks for these runs, not for the paper's.</p>
+$unfinished$failed
+<h2>Scale and regime</h2>
+<table><tr><th></th><th>this study</th><th>[WL21]</th></tr>$scale_rows</table>
+<h2>Criteria: which runs count as evidence</h2>
+<p>A run counts when it <b>converged</b> (over the last $window of its constant-learning-rate stretch, the fitted change of uniformity is at most $max_du and of kNN accuracy at most $max_dk) and did <b>not collapse</b> (final uniformity at least $floor). <b>$n_ok of $n_rows runs</b> meet both$left_out.</p>$stretch_note
+<div class="scroll"><table><tr><th>run</th><th>epochs</th><th>converged</th><th>collapsed</th><th>Δ uniformity (window)</th><th>Δ kNN (window)</th><th>final uniformity</th></tr>$health</table></div>
+$trajectories
+<h2>Against τ</h2>
+$figures
+<h2>Table 1 analogue: linear top-1 at each loss's best τ</h2>
+<table><tr><th>loss</th><th>τ</th><th>accuracy (mean ± std)</th><th>seeds</th></tr>$table1</table>
+<h2>Findings</h2>
+<p>Trends: Spearman's ρ over all τ and seeds of the ordinary loss, two-sided permutation test, significant at p &lt; $significance. Differences between cells must exceed the standard error of the difference (seed spread, plus the binomial error of the $n_test-image test set for accuracies) times the 95% critical value of Welch's t. A finding is reproduced when every test agrees with the paper, not reproduced when any contradicts it, inconclusive otherwise.</p>
+<table><tr>$finding_heads</tr>$findings</table>
+$sections
+</body></html>
+""")
+
+def _esc(v) -> str:
+    "Any value as text that HTML shows as it is (None as nothing)."
+    return "" if v is None else _html.escape(str(v), quote=True)
+
+def _fmt(v, spec: str) -> str:
+    "A number formatted by `spec`; anything else shown as text, escaped (a report never fails on, nor executes, a value)."
+    return format(v, spec) if _number(v) else _esc(v)
 
 def _scale(rows: list[dict]) -> dict:
-    c = min((r["config"] for r in rows), key=lambda c: c["epochs"])  # the planned schedule; stretched runs are counted below
-    steps = c["epochs"] * (rows[0]["n_train"] // c["batch_size"])
-    model = c["backbone"] + (f", width {c['width']}" if c["backbone"] == "convnet" else "")
-    lengths = [r["config"]["epochs"] for r in rows]
+    configs = [r["config"] for r in rows if isinstance(r.get("config"), dict) and _integer(r["config"].get("epochs"))]
+    if not configs: return {k: "?" for k in _WL21_SCALE}
+    c = min(configs, key=lambda c: c["epochs"])  # the planned schedule; stretched runs are counted below
+    n_train = next((r["n_train"] for r in rows if _integer(r.get("n_train"))), None)
+    batches = n_train // c["batch_size"] if n_train and _integer(c.get("batch_size")) and c["batch_size"] > 0 else None
+    lengths = [cf["epochs"] for cf in configs]
     stretched = sorted({e for e in lengths if e != c["epochs"]})
     longer = f"; {sum(e != c['epochs'] for e in lengths)} run(s) not settled at the first drop stretched to {', '.join(map(str, stretched))}"
-    return dict(dataset=c["dataset"], train_images=f"{rows[0]['n_train']:,}", model=model, image_size=str(c["image_size"] or "dataset default"),
-                epochs=f"{c['epochs']} (warm-up {c['warmup_epochs']}){longer if stretched else ''}",
-                steps=f"{steps:,} ({c['epochs']} × {rows[0]['n_train'] // c['batch_size']})", batch=str(c["batch_size"]),
-                linear_probe=_probe_text(rows[0].get("probe")))
+    return dict(dataset=c.get("dataset"), train_images=f"{n_train:,}" if n_train else "?",
+                model=f"{c.get('backbone')}" + (f", width {c.get('width')}" if c.get("backbone") == "convnet" else ""),
+                image_size=str(c.get("image_size") or "dataset default"),
+                epochs=f"{c['epochs']} (warm-up {c.get('warmup_epochs')}){longer if stretched else ''}",
+                steps=f"{c['epochs'] * batches:,} ({c['epochs']} × {batches})" if batches else "?", batch=str(c.get("batch_size")),
+                linear_probe=_probe_text(next((r.get("probe") for r in rows if FIELD_RULES["probe"][0](r.get("probe"))), None)))
 
 def _probe_text(probe: dict | None) -> str:
     if not probe: return "?"
     return (f"{probe['epochs']} epochs on {'L2-normalised' if probe['normalize'] else 'raw'} features of "
             f"{'augmented' if probe['augment'] else 'unaugmented, cached'} training images")
 
+def _split(rows: list[dict]) -> tuple[list[dict], list[dict]]:
+    "(every row, a row whose values break their rules turned into a failed row; the measured rows alone)."
+    clean = []
+    for i, r in enumerate(rows):
+        problems = [] if "failed" in r else row_problems(r)
+        if problems: r = {**{k: r.get(k) for k in FAILED_KEYS}, "run": r.get("run", f"row {i + 1}"),
+                          "failed": f"its values break their rules ({'; '.join(problems[:3])}), so it is left out"}
+        clean.append(r)
+    return clean, [r for r in clean if "failed" not in r]
+
+_FINDING_HEADS = dict(number="#", claim="[WL21] claims", rule="rule", measured="this study measured", verdict="verdict")
+
+def _findings_table(found: list) -> tuple[str, str]:
+    "The findings' header cells and rows: every field of each Finding (those added later too), escaped."
+    if not found: return "<th>findings</th>", "<tr><td>no finding could be computed</td></tr>"
+    names = [f.name for f in dataclasses.fields(found[0])]
+    names = [n for n in _FINDING_HEADS if n in names] + [n for n in names if n not in _FINDING_HEADS]
+    heads = "".join(f"<th>{_esc(_FINDING_HEADS.get(n, n.replace('_', ' ')))}</th>" for n in names)
+    cell = lambda n, v: f"<td class='v'>{_esc(v)}</td>" if n == "verdict" else f"<td>{_esc(v)}</td>"
+    body = "".join("<tr>" + "".join(cell(n, getattr(f, n)) for n in names) + "</tr>" for f in found)
+    return heads, body
+
+def _sections(rows: list[dict]) -> str:
+    "The sections `ctl_explore.study.report_sections(rows)` adds after the findings, if it exists: headings and plain-text paragraphs, escaped."
+    make = getattr(study, "report_sections", None)
+    if make is None: return ""
+    out = []
+    for heading, text in make(rows):
+        paragraphs = [p.strip() for p in re.split(r"\n\s*\n", str(text)) if p.strip()]
+        out.append(f"<h2>{_esc(heading)}</h2>" + "".join(f"<p>{_esc(p)}</p>" for p in paragraphs))
+    return "\n".join(out)
+
 def write_report(rows: list[dict], out_dir: str | Path, preset: str | StudyPreset | None = None, missing: list[str] = ()) -> Path:
-    "Write report.html (scale, criteria, convergence, figures, table, findings) into `out_dir`; return its path. `missing`: runs not finished yet."
-    out_dir, esc = Path(out_dir), _html.escape
+    "Write report.html (scale, criteria, convergence, figures, table, findings, failed runs) into `out_dir` from `REPORT_TEMPLATE`, every value escaped; return its path. `missing`: runs not finished yet."
+    out_dir = Path(out_dir)
+    path = out_dir / "report.html"
+    _replaceable(path)
     p = get_preset(preset) if preset is not None else None
-    found = findings(rows)
+    clean, measured = _split(rows)
+    failed = [r for r in clean if "failed" in r]
+    found = findings(clean)
     counts = {v: sum(f.verdict == v for f in found) for v in ("reproduced", "not reproduced", "inconclusive at this scale")}
-    dataset = rows[0]["config"]["dataset"] if rows else "?"
-    figs = {"trajectories": trajectory_figure(rows), **study_figures(rows)}
+    with_trajectories = [r for r in measured if "trajectory" in r and isinstance(r.get("config"), dict)]
+    figs = {**({"trajectories": trajectory_figure(with_trajectories)} if with_trajectories else {}), **study_figures(clean)}
     plots = {name: fig.to_html(full_html=False, include_plotlyjs=(i == 0), div_id=f"fig-{name}") for i, (name, fig) in enumerate(figs.items())}
-    scale = _scale(rows)
-    scale_rows = "".join(f"<tr><td>{esc(k.replace('_', ' '))}</td><td>{esc(v)}</td><td>{esc(_WL21_SCALE[k])}</td></tr>" for k, v in scale.items())
-    n_ok = len(usable(rows))
+    ok = usable(clean)
+    left_out = [r.get("run") for r in measured if r not in ok]
+    epochs = [r["config"]["epochs"] for r in measured if isinstance(r.get("config"), dict) and _integer(r["config"].get("epochs"))]
+    n_stretched = sum(e != min(epochs) for e in epochs)
+    yes = lambda v, t, f: t if v is True else f if v is False else _esc(v)
     health = "".join(
-        f"<tr><td>{esc(r['run'])}</td><td>{r['config']['epochs']}</td><td>{'yes' if r['converged'] else 'NO'}</td><td>{'YES' if r['collapsed'] else 'no'}</td>"
-        f"<td>{'' if r['uniformity_change'] is None else format(r['uniformity_change'], '+.3f')}</td>"
-        f"<td>{'' if r['knn_change'] is None else format(r['knn_change'], '+.3f')}</td><td>{r['uniformity']:.3f}</td></tr>" for r in rows)
-    left_out = [r["run"] for r in rows if r not in usable(rows)]
-    n_stretched = sum(r["config"]["epochs"] != min(q["config"]["epochs"] for q in rows) for r in rows)
+        f"<tr><td>{_esc(r.get('run'))}</td><td>{_fmt((r.get('config') or {}).get('epochs'), 'd')}</td><td>{yes(r.get('converged'), 'yes', 'NO')}</td>"
+        f"<td>{yes(r.get('collapsed'), 'YES', 'no')}</td><td>{_fmt(r.get('uniformity_change'), '+.3f')}</td>"
+        f"<td>{_fmt(r.get('knn_change'), '+.3f')}</td><td>{_fmt(r.get('uniformity'), '.3f')}</td></tr>" for r in measured)
+    n_all = len(rows) + len(missing)
+    unfinished = (f"<p><b>This study is not finished:</b> {len(missing)} of its {n_all} runs are missing "
+                  f"({_esc(', '.join(missing[:12]))}{' …' if len(missing) > 12 else ''}); the verdicts below speak for the "
+                  f"{len(rows)} finished ones only.</p>" if missing else "")
+    failed_html = ("" if not failed else f"<p class='failed'><b>{len(failed)} of its {len(rows)} runs failed</b> and count for nothing "
+                   "below (run the study again to retry them):</p><table><tr><th>run</th><th>error</th></tr>"
+                   + "".join(f"<tr><td>{_esc(r.get('run'))}</td><td>{_esc(r.get('failed'))}</td></tr>" for r in failed) + "</table>")
     stretch_note = ("" if p is None or not p.extend_epochs else
                     f"<p>A run whose window had not settled by its first learning-rate drop trained on: its schedule stretched by "
                     f"{p.extend_epochs} epochs at a time (the warm-up unchanged, the drops at the same fractions), up to {p.max_epochs} "
                     f"epochs; the criteria did not change. <b>{n_stretched} of {len(rows)} runs</b> were stretched (the column epochs).</p>")
-    t1 = "".join(f"<tr><td>{esc(r['loss'])}</td><td>{'' if r['tau'] is None else format(r['tau'], 'g')}</td>"
-                 f"<td>{r['mean']:.4f} ± {0 if math.isnan(r['std']) else r['std']:.4f}</td><td>{r['seeds']}</td></tr>" for r in table1(rows))
-    verdicts = "".join(f"<tr><td>{f.number}</td><td>{esc(f.claim)}</td><td>{esc(f.rule)}</td><td>{esc(f.measured)}</td>"
-                       f"<td class='v'>{esc(f.verdict)}</td></tr>" for f in found)
+    t1 = "".join(f"<tr><td>{_esc(r['loss'])}</td><td>{_fmt(r['tau'], 'g')}</td>"
+                 f"<td>{_fmt(r['mean'], '.4f')} ± {_fmt(0 if math.isnan(r['std']) else r['std'], '.4f')}</td><td>{_esc(r['seeds'])}</td></tr>"
+                 for r in table1(clean))
+    heads, verdicts = _findings_table(found)
     c = CRITERIA
-    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>ctl_explore temperature study: {esc(dataset)}</title>
-<style>body{{font-family:sans-serif;max-width:1150px;margin:2em auto;}} table{{border-collapse:collapse;margin:0.5em 0}} td,th{{border:1px solid #ccc;padding:4px 8px;vertical-align:top}} .v{{font-weight:bold}} .scroll{{max-height:22em;overflow:auto}}</style>
-</head><body><h1>The temperature study on {esc(dataset)}: [WL21]'s findings tested at this scale</h1>
-<p>Wang &amp; Liu, <i>Understanding the Behaviour of Contrastive Loss</i>, CVPR 2021 [WL21], make six findings about the temperature τ. This study trains {len(rows)} runs (preset <b>{esc(p.name) if p else '?'}</b>{': ' + esc(p.note) if p and p.note else ''}) and tests each finding by a rule stated in advance. Of the six, <b>{counts['reproduced']} reproduced</b>, {counts['not reproduced']} not reproduced and {counts['inconclusive at this scale']} inconclusive <i>at this scale</i>: a verdict here speaks for these runs, not for the paper's.</p>
-{f"<p><b>This study is not finished:</b> {len(missing)} of its {len(rows) + len(missing)} runs are missing ({esc(', '.join(missing[:12]))}{' …' if len(missing) > 12 else ''}); the verdicts below speak for the {len(rows)} finished ones only.</p>" if missing else ''}
-<h2>Scale and regime</h2>
-<table><tr><th></th><th>this study</th><th>[WL21]</th></tr>{scale_rows}</table>
-<h2>Criteria: which runs count as evidence</h2>
-<p>A run counts when it <b>converged</b> (over the last {c.window:.0%} of its constant-learning-rate stretch, the fitted change of uniformity is at most {c.uniformity_change} and of kNN accuracy at most {c.knn_change}) and did <b>not collapse</b> (final uniformity at least {c.collapse_floor}). <b>{n_ok} of {len(rows)} runs</b> meet both{'; left out: ' + esc(', '.join(left_out)) if left_out else ''}.</p>{stretch_note}
-<div class="scroll"><table><tr><th>run</th><th>epochs</th><th>converged</th><th>collapsed</th><th>Δ uniformity (window)</th><th>Δ kNN (window)</th><th>final uniformity</th></tr>{health}</table></div>
-{plots['trajectories']}
-<h2>Against τ</h2>
-{''.join(v for k, v in plots.items() if k != 'trajectories')}
-<h2>Table 1 analogue: linear top-1 at each loss's best τ</h2>
-<table><tr><th>loss</th><th>τ</th><th>accuracy (mean ± std)</th><th>seeds</th></tr>{t1}</table>
-<h2>Findings</h2>
-<p>Trends: Spearman's ρ over all τ and seeds of the ordinary loss, two-sided permutation test, significant at p &lt; {SIGNIFICANCE}. Differences between cells must exceed the standard error of the difference (seed spread, plus the binomial error of the {rows[0].get('n_test', '?')}-image test set for accuracies) times the 95% critical value of Welch's t. A finding is reproduced when every test agrees with the paper, not reproduced when any contradicts it, inconclusive otherwise.</p>
-<table><tr><th>#</th><th>[WL21] claims</th><th>rule</th><th>this study measured</th><th>verdict</th></tr>{verdicts}</table>
-</body></html>"""
-    path = out_dir / "report.html"
-    tmp = out_dir / f"report.html.{os.getpid()}.tmp"
-    tmp.write_text(page)
-    os.replace(tmp, path)
+    page = REPORT_TEMPLATE.substitute(
+        generator=REPORT_GENERATOR, dataset=_esc(measured[0]["config"].get("dataset") if measured and isinstance(measured[0].get("config"), dict) else "?"),
+        n_rows=len(rows), preset=_esc(p.name) if p else "?", preset_note=": " + _esc(p.note) if p and p.note else "",
+        n_reproduced=counts["reproduced"], n_not_reproduced=counts["not reproduced"], n_inconclusive=counts["inconclusive at this scale"],
+        unfinished=unfinished, failed=failed_html,
+        scale_rows="".join(f"<tr><td>{_esc(k.replace('_', ' '))}</td><td>{_esc(v)}</td><td>{_esc(_WL21_SCALE[k])}</td></tr>"
+                           for k, v in _scale(measured).items()),
+        window=f"{c.window:.0%}", max_du=c.uniformity_change, max_dk=c.knn_change, floor=c.collapse_floor, n_ok=len(ok),
+        left_out="; left out: " + _esc(", ".join(map(str, left_out))) if left_out else "", stretch_note=stretch_note, health=health,
+        trajectories=plots.get("trajectories", ""), figures="".join(v for k, v in plots.items() if k != "trajectories"),
+        table1=t1, significance=_esc(study.SIGNIFICANCE), n_test=_fmt(measured[0].get("n_test", "?") if measured else "?", "d"),
+        finding_heads=heads, findings=verdicts, sections=_sections(clean))
+    _write_atomic(path, lambda f: f.write(page.encode()))
     return path
