@@ -12,15 +12,17 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from ctl_explore.losses import n_informative
-from ctl_explore.study import (PRESETS, RESULT_KEYS, StudyError, StudyPreset, check_run, findings, load_results,
-                               neighbour_purity, noise_margin, run_study, study_configs, study_figures, trend, usable,
-                               write_report)
+from ctl_explore.study import (KNN_CRITERIA, MIN_WINDOW_POINTS, NOISE_SD, PRESETS, RESULT_KEYS, STUDY_TAUS, StudyError,
+                               StudyPreset, _with, agreeing_means, check_run, dependence, difference, false_alarm_rates, findings,
+                               load_results, made_up_study, neighbour_purity, noise_margin, report_sections, run_study,
+                               study_configs, study_figures, trend, usable, verdict_stability, window_epochs, write_report)
 from ctl_explore.train import PretrainConfig
 
 
@@ -173,17 +175,29 @@ def test_presets():
 
 def test_check_run_criteria():
     cfg = PretrainConfig(epochs=100, warmup_epochs=10)
-    settled = [dict(epoch=e, uniformity=3 - 2 * math.exp(-e / 10), knn_accuracy=0.95) for e in range(5, 101, 5)]
-    climbing = [dict(epoch=e, uniformity=e / 30, knn_accuracy=0.9) for e in range(5, 101, 5)]
+    settled = [dict(epoch=e, uniformity=3 - 2 * math.exp(-e / 10), alignment=0.4, knn_accuracy=0.95) for e in range(5, 101, 5)]
+    climbing = [dict(r, uniformity=r["epoch"] / 30) for r in settled]
+    aligning = [dict(r, alignment=0.8 - r["epoch"] / 200) for r in settled]   # the positive pairs still closing in
     knn_climbing = [dict(r, knn_accuracy=0.5 + r["epoch"] / 200) for r in settled]
-    collapsed = [dict(epoch=e, uniformity=0.1, knn_accuracy=0.6) for e in range(5, 101, 5)]
+    collapsed = [dict(r, uniformity=0.1) for r in settled]
     assert check_run(settled, cfg)["converged"] and not check_run(settled, cfg)["collapsed"]
     assert not check_run(climbing, cfg)["converged"]
-    assert not check_run(knn_climbing, cfg)["converged"]
+    assert not check_run(aligning, cfg)["converged"]
+    # the default criteria read no test label: a kNN monitor still climbing does not decide, the old criteria's kNN tolerance does
+    assert check_run(knn_climbing, cfg)["converged"] and not check_run(knn_climbing, cfg, KNN_CRITERIA)["converged"]
     assert check_run(collapsed, cfg)["collapsed"]
     assert not check_run(settled[:2], cfg)["converged"]  # too few measured epochs in the window to judge
     jolted = [dict(r, uniformity=r["uniformity"] - (0.6 if r["epoch"] == 70 else 0)) for r in settled]
     assert check_run(jolted, cfg)["converged"]  # one epoch caught mid-jolt by SGD does not decide it
+    with pytest.raises(ValueError, match="lack 'alignment'"):
+        check_run([{k: v for k, v in r.items() if k != "alignment"} for r in settled], cfg)
+
+
+def test_paper_presets_have_enough_window_points():
+    for name in ("cifar10-paper", "cifar100-paper", "svhn-paper", "imagenet100-paper", "digits"):
+        config = study_configs(name, 50_000)[0]
+        assert len(window_epochs(config)) >= 5 and config.eval_every >= 5, name  # e.g. 120, 125, ..., 160: nine points
+    assert len(window_epochs(PretrainConfig(epochs=200, eval_every=40))) < MIN_WINDOW_POINTS  # 120 and 160 only: too sparse to judge
 
 
 def test_trend_and_margins():
@@ -194,8 +208,24 @@ def test_trend_and_margins():
     assert trend(taus, rng.normal(0, 1, 15)).direction(+1) == 0
     assert noise_margin((0.9, float("nan"), 1), (0.8, 0.0, 3)) == math.inf
     assert noise_margin((0.5, 0.0, 3), (0.5, 0.0, 3), n_test=359) == pytest.approx(1.96 * math.sqrt(2 * 0.25 / 359), rel=1e-3)
-    # three seeds each: Welch's t with 4 degrees of freedom, not 2 standard errors
     assert noise_margin((0.5, 0.1, 3), (0.5, 0.1, 3)) == pytest.approx(2.776 * math.sqrt(2 * 0.01 / 3), rel=1e-3)
+
+
+def test_paired_difference_uses_the_shared_test_images():
+    rows = made_up_study(agreeing_means())
+    d = difference(rows, "linear_top1", ("contrastive", 0.2), ("contrastive", 0.3))
+    assert d.paired
+    unpaired = difference([{k: v for k, v in r.items() if k != "probe_correct"} for r in rows], "linear_top1",
+                          ("contrastive", 0.2), ("contrastive", 0.3))
+    assert not unpaired.paired and d.se < unpaired.se  # runs that fail the same hard images: their difference is better known
+    # the images' part is the variance of the per-image difference: two cells identical image by image differ by seed noise only
+    same = [dict(r, probe_correct=rows[0]["probe_correct"], linear_top1=rows[0]["linear_top1"]) for r in rows]
+    assert difference(same, "linear_top1", ("contrastive", 0.2), ("contrastive", 0.3)).se == 0
+    # a cell whose seeds spread more than the pooled variance keeps its own, wider spread
+    spread = iter([3.0, 3.6, 4.2])
+    noisy = [dict(r, uniformity=next(spread)) if (r["loss"], r["tau"]) == ("contrastive", 0.05) else r for r in rows]
+    wide = difference(noisy, "uniformity", ("contrastive", 0.05), ("contrastive", 0.1))
+    assert wide.se > 0.6 / math.sqrt(3) and wide.df < 12  # its own variance 0.36 over three seeds, not the pooled one
 
 
 def test_neighbour_purity():
@@ -206,91 +236,114 @@ def test_neighbour_purity():
         neighbour_purity(z, torch.tensor([0, 0, 1, 1]), k=4)
 
 
-TAUS = (0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
+# --- the finding rules on made-up studies built to break them ---------------------------------------------------------------
+
+def _clear(means, **kw):
+    "A made-up study with little noise and many test images, so that only the rules decide."
+    return made_up_study(means, sd={k: v / 4 for k, v in NOISE_SD.items()}, n_test=4000, **kw)
 
 
-def _table(agree: bool = True, flat: bool = False, noise: float = 0.0, seeds=(0, 1, 2), rng_seed: int = 1):
-    "Hand-made study rows: every metric a clean function of τ, as [WL21] says (agree) or the other way round, plus noise."
-    rng, rows = np.random.default_rng(rng_seed), []
-    for loss in ("contrastive", "hard_contrastive"):
-        hard = loss == "hard_contrastive"
-        for i, tau in enumerate(TAUS):
-            x = 0 if flat else (i if agree else len(TAUS) - 1 - i) / (len(TAUS) - 1)
-            peak = 0 if flat else (1 - abs(tau - 0.25) / 0.75 if agree else abs(tau - 0.25) / 0.75)
-            for s in seeds:
-                e = lambda: noise * rng.normal() + 0.002 * s
-                rows.append(dict(loss=loss, tau=tau, seed=s, converged=True, collapsed=False, n_test=10_000,
-                                 uniformity=(3.2 - (0.1 if agree else 1.5) * x if hard else 3.5 - x) + e(),
-                                 tolerance=0.3 + 0.5 * x + e(),
-                                 linear_top1=0.7 + 0.2 * peak + (0.2 * x if hard and agree else -0.2 * x if hard else 0) + e(),
-                                 pos_similarity=0.6 + 0.3 * x + e(), top10_negatives=[0.1 + 0.5 * x + e()] * 10,
-                                 neighbour_purity=0.8 + 0.1 * x + e()))
-    simple, hard_simple = (0.7, 0.7) if flat else (0.5, 0.9) if agree else (0.95, 0.5)
-    for loss, a in (("simple", simple), ("hard_simple", hard_simple)):
-        rows += [dict(loss=loss, tau=None, seed=s, converged=True, collapsed=False, n_test=10_000, uniformity=2.0,
-                      tolerance=0.5, linear_top1=a + noise * rng.normal() + 0.002 * s, pos_similarity=0.7,
-                      top10_negatives=[0.4] * 10, neighbour_purity=0.8) for s in seeds]
-    return rows
+def _verdicts(rows):
+    return [f.verdict for f in findings(rows)]
 
 
-def test_rules_pass_a_table_that_agrees_and_fail_one_that_contradicts():
-    assert [f.verdict for f in findings(_table(agree=True))] == ["reproduced"] * 6
-    assert [f.verdict for f in findings(_table(agree=False))] == ["not reproduced"] * 6
+BASE = agreeing_means()
+BROKEN = {  # name: (changes to the agreeing means, finding, the verdict it deserves, a phrase its `where` must name)
+    "uniformity turns at small τ": ({("contrastive", 0.05): dict(uniformity=3.3)}, 1, "partly reproduced", "τ = 0.05 and 0.1"),
+    "tolerance turns at small τ": ({("contrastive", 0.05): dict(tolerance=0.4)}, 1, "partly reproduced", "τ = 0.05 and 0.1"),
+    "peak moved to 0.5": ({("contrastive", 0.5): dict(linear_top1=0.99)}, 2, "not reproduced", "τ = 0.5 beats"),
+    "accuracy dips at 0.1": ({("contrastive", 0.05): dict(linear_top1=0.92), ("contrastive", 0.1): dict(linear_top1=0.85)}, 2,
+                             "partly reproduced", "between τ = 0.05 and 0.1"),
+    "hard loss behind at 0.5 only": ({("hard_contrastive", 0.5): dict(linear_top1=0.85)}, 3, "partly reproduced", "τ = 0.5"),
+    "HardSimple far behind, wide": ({("hard_simple", None): dict(linear_top1=0.60, seed_values=dict(linear_top1=[0.35, 0.6, 0.85]))}, 4,
+                                    "inconclusive at this scale", ""),
+    "HardSimple far behind, narrow": ({("hard_simple", None): dict(linear_top1=0.60)}, 4, "partly reproduced", "HardSimple"),
+    "gap turns at small τ": ({("contrastive", 0.05): dict(top10_mean=0.60)}, 5, "partly reproduced", "τ = 0.05 and 0.1"),
+    "purity turns at large τ": ({("contrastive", 1.0): dict(neighbour_purity=0.86)}, 6, "partly reproduced", "τ = 0.5 and 1"),
+}
 
 
-def test_rules_conclude_nothing_from_noise():
-    # at p < 0.05 one noise table in twenty shows a chance trend; over many, the rules must stay near that rate
-    verdicts = [[f.verdict for f in findings(_table(flat=True, noise=0.02, rng_seed=s))] for s in range(40)]
-    for i in range(6):
-        concluded = sum(v[i] != "inconclusive at this scale" for v in verdicts) / len(verdicts)
-        assert concluded <= 0.15, (i + 1, concluded)
-    # one seed: no spread, so no difference between cells can be told (trends over τ still can)
-    one = findings(_table(agree=True, seeds=(0,)))
-    assert [one[i].verdict for i in (1, 2, 3)] == ["inconclusive at this scale"] * 3
+def test_the_agreeing_study_is_reproduced_and_the_contradicting_one_not():
+    assert _verdicts(_clear(BASE)) == ["reproduced"] * 6
+    flipped = {cell: dict(v, uniformity=6 - v["uniformity"], tolerance=1 - v["tolerance"], pos_similarity=1.7 - v["pos_similarity"],
+                          top10_mean=1.7 - v["pos_similarity"] - (0.22 - (v["pos_similarity"] - v["top10_mean"])),
+                          neighbour_purity=1.55 - v["neighbour_purity"]) for cell, v in BASE.items()}
+    found = findings(_clear(flipped))
+    assert [found[i].verdict for i in (0, 4, 5)] == ["not reproduced"] * 3
 
 
-def test_each_rule_fails_on_its_own_counterexample():
-    base = _table(agree=True)
-    def patch(rows, pred, **values):
-        return [dict(r, **values) if pred(r) else r for r in rows]
-    # finding 1: uniformity rising with τ
-    f1 = [dict(r, uniformity=2 + r["tau"]) if r["loss"] == "contrastive" else r for r in base]
-    assert findings(f1)[0].verdict == "not reproduced"
-    # finding 2: the peak at the largest τ, far above the window's best
-    f2 = patch(base, lambda r: r["loss"] == "contrastive" and r["tau"] == 1.0, linear_top1=0.99)
-    assert findings(f2)[1].verdict == "not reproduced"
-    # finding 2: an arm within the noise of the peak -> inconclusive, not reproduced
-    peak = np.mean([r["linear_top1"] for r in base if r["loss"] == "contrastive" and r["tau"] == 0.2])
-    f2b = [dict(r, linear_top1=peak - 0.003 + 0.002 * r["seed"]) if r["loss"] == "contrastive" and r["tau"] == 1.0 else r for r in base]
-    assert findings(f2b)[1].verdict == "inconclusive at this scale"
-    # finding 3: the hard loss's uniformity swings more than the ordinary loss's
-    f3 = [dict(r, uniformity=1 + 2 * r["tau"]) if r["loss"] == "hard_contrastive" else r for r in base]
-    assert findings(f3)[2].verdict == "not reproduced"
-    # finding 4: Simple as good as the best ordinary run, or HardSimple far behind
-    assert findings(patch(base, lambda r: r["loss"] == "simple", linear_top1=0.99))[3].verdict == "not reproduced"
-    assert findings(patch(base, lambda r: r["loss"] == "hard_simple", linear_top1=0.3))[3].verdict == "not reproduced"
-    # finding 5: the positive similarity falling with τ
-    f5 = [dict(r, pos_similarity=0.9 - 0.3 * r["tau"]) if r["loss"] == "contrastive" else r for r in base]
-    assert findings(f5)[4].verdict == "not reproduced"
-    # finding 6: neighbour purity falling with τ, although uniformity still behaves
-    f6 = [dict(r, neighbour_purity=0.9 - 0.1 * r["tau"] + 0.001 * r["seed"]) if r["loss"] == "contrastive" else r for r in base]
-    assert findings(f6)[5].verdict == "not reproduced" and findings(f6)[0].verdict == "reproduced"
+@pytest.mark.parametrize("name", list(BROKEN))
+def test_each_rule_breaking_table_gets_the_verdict_it_deserves(name):
+    changes, number, verdict, where = BROKEN[name]
+    found = findings(_clear(_with(BASE, changes)))
+    assert found[number - 1].verdict == verdict, (name, found[number - 1])
+    assert where in found[number - 1].where, (name, found[number - 1].where)
+    others = [f.verdict for f in found if f.number != number]
+    assert others.count("reproduced") >= 4, (name, others)  # the break stays where it was made
+
+
+def test_the_shipped_study_rejudged_names_the_reversal_at_small_tau():
+    shipped = load_results(Path(__file__).parents[1] / "data/study-digits/results.json")
+    found = findings(shipped)
+    assert found[0].verdict == "partly reproduced" and "τ = 0.05 and 0.1" in found[0].where
+    assert found[4].verdict == "partly reproduced" and "τ = 0.05 and 0.1" in found[4].where
+    assert "seeds trained 200, 250, 200 epochs" in found[0].evidence  # a cell of mixed lengths is named
+    marks = [t for t in study_figures(shipped)["uniformity_tolerance"].data if t.name and t.name.startswith("against the paper")]
+    assert marks and list(marks[0].x) == [0.05, 0.1]
+
+
+def test_failed_runs_are_counted_and_never_judged():
+    rows = _clear(BASE)
+    failed = [dict(run="contrastive-tau0.2-seed9", loss="contrastive", tau=0.2, seed=9, failed="TrainingDivergedError: loss became nan")]
+    found = findings(rows + failed)
+    assert [f.verdict for f in found] == ["reproduced"] * 6 and "1 failed (contrastive-tau0.2-seed9)" in found[0].evidence
+    assert usable(rows + failed) == rows
 
 
 def test_collapsed_and_unconverged_runs_are_not_evidence():
-    mixed = _table(agree=True) + [dict(r, collapsed=True) for r in _table(agree=False)] + \
-            [dict(r, converged=False) for r in _table(agree=False)]
-    assert len(usable(mixed)) == len(_table(agree=True))
-    assert [f.verdict for f in findings(mixed)] == ["reproduced"] * 6
+    good = _clear(BASE)
+    flipped = _clear(_with(BASE, {("contrastive", t): dict(uniformity=2 + t) for t in STUDY_TAUS}), seed=5)
+    mixed = good + [dict(r, collapsed=True) for r in flipped] + [dict(r, converged=False) for r in flipped]
+    assert len(usable(mixed)) == len(good) and _verdicts(mixed) == ["reproduced"] * 6
+
+
+def test_one_seed_decides_no_difference():
+    one = findings(_clear(BASE, seeds=(0,)))
+    assert [one[i].verdict for i in (1, 2, 3)] == ["inconclusive at this scale"] * 3
+
+
+def test_false_alarm_rates_on_noise_tables_of_359_images():
+    rates = false_alarm_rates(n_tables=25)
+    assert len(rates) == 10 and all(r <= 0.12 for r in rates.values()), rates
+
+
+def test_stability_and_dependence():
+    rows = made_up_study(BASE)
+    stab = verdict_stability(rows, resamples=5)
+    assert set(stab) == set(range(1, 7)) and all(0 <= v <= 1 for v in stab.values())
+    with pytest.raises(ValueError, match="resamples"):
+        verdict_stability(rows, resamples=0)
+    dep = dependence(rows)
+    assert dep["across"] > 0.9 and dep["runs"] == 18  # purity and positive similarity both rise with τ in the made-up study
+
+
+def test_report_sections_say_family_stability_dependence_history_and_breaks():
+    shipped = load_results(Path(__file__).parents[1] / "data/study-digits/results.json")
+    sections = dict(report_sections(shipped, resamples=5))
+    assert list(sections) == ["The family of tests and multiplicity", "Stability of each verdict under seed resampling",
+                              "How finding 6 depends on the others", "The protocol's history", "Where a claim breaks"]
+    assert "Bonferroni" in sections["The family of tests and multiplicity"]
+    assert "0.0211, 0.0211, 0.0346" in sections["The protocol's history"] and "inconclusive to reproduced" in sections["The protocol's history"]
+    assert "τ = 0.05 and 0.1" in sections["Where a claim breaks"]
 
 
 def test_figures_and_report(smoke, tmp_path):
     _, rows, _ = smoke
     assert set(study_figures(rows)) == {"uniformity_tolerance", "similarity_profile", "neighbour_purity", "accuracy"}
-    good = _table(agree=True)
+    good = _clear(BASE)
     for r in good:
-        r.update(run=f"{r['loss']}-{r['tau']}-{r['seed']}", n_train=1438, uniformity_change=0.01, knn_change=0.0,
-                 trajectory=[dict(epoch=e, uniformity=1.0, tolerance=0.5, knn_accuracy=0.9) for e in (5, 10)],
+        r.update(n_train=1438, uniformity_change=0.01, knn_change=0.0, alignment=0.4, alignment_change=0.0,
+                 trajectory=[dict(epoch=e, uniformity=1.0, tolerance=0.5, alignment=0.4, knn_accuracy=0.9) for e in (5, 10)],
                  config=rows[0]["config"])
     text = write_report(good, tmp_path, "digits").read_text()
     assert "6 reproduced" in text and "at this scale" in text and "Reproducing" not in text
