@@ -59,14 +59,14 @@ def _fit_linear(
     config: LinearEvalConfig,
 ) -> torch.nn.Linear:
     "The linear layer trained with SGD on the features of shuffled mini-batches, `config.epochs` times over the training set."
-    g = torch.Generator().manual_seed(config.seed)
+    g = torch.Generator(device=labels.device).manual_seed(config.seed)  # the shuffles drawn where the labels are: no copy per epoch
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
         layer = torch.nn.Linear(dim, n_classes).to(labels.device)
     opt = torch.optim.SGD(layer.parameters(), lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
     for epoch in range(config.epochs):
         for group in opt.param_groups: group["lr"] = config.lr_at(epoch)
-        order = torch.randperm(len(labels), generator=g).to(labels.device)
+        order = torch.randperm(len(labels), generator=g, device=labels.device)
         for start in range(0, len(order), config.batch_size):
             idx = order[start:start + config.batch_size]
             loss = F.cross_entropy(layer(batch_features(idx)), labels[idx])
@@ -116,7 +116,8 @@ def augmented_linear_probe(
     if not isinstance(params, AugmentParams): raise ValueError(f"params must be an AugmentParams or None, got {params!r}")
     augment = TwoViewAugment(params)
     n_classes = int(max(train.labels.max(), test.labels.max())) + 1
-    generator = torch.Generator().manual_seed(config.seed + 1)  # the augmentation's own, apart from the shuffling's
+    # the augmentation's own generator, apart from the shuffling's, on the images' device: its draws need no host-to-device copy
+    generator = torch.Generator(device=train.images.device).manual_seed(config.seed + 1)
     scale = (lambda f: F.normalize(f, dim=1)) if config.normalize else (lambda f: f)
 
     @torch.no_grad()

@@ -234,3 +234,29 @@ def test_full_images_through_pretrain_and_linear_eval(tmp_path, monkeypatch):
     assert loaded and all(isinstance(d.images, ImageFiles) and d.images.size == 32 for d in loaded)
     for probe in (LinearEvalConfig(epochs=2), LinearEvalConfig(epochs=2, augment=True, normalize=False)):
         assert 0 <= linear_eval(tmp_path / "run", probe, write=False)["top1"] <= 1
+
+
+def test_probe_random_numbers_are_drawn_on_the_data_device(run_dir, monkeypatch):
+    "Every generator the probes use lives on the device of the data it shuffles or augments: no random number crosses from the host."
+    model, train, test = _model_and_data(run_dir)
+    generators, permutations = [], []
+    original_view, original_randperm = TwoViewAugment.view, torch.randperm
+    def spy_view(self, images, generator=None, dtype=torch.float32):
+        generators.append((generator.device if generator is not None else None, images.device))
+        return original_view(self, images, generator, dtype)
+    def spy_randperm(n, *args, generator=None, device=None, **kwargs):
+        permutations.append((generator.device if generator is not None else None, torch.device(device) if device is not None else None))
+        return original_randperm(n, *args, generator=generator, device=device, **kwargs)
+    monkeypatch.setattr(TwoViewAugment, "view", spy_view)
+    monkeypatch.setattr(torch, "randperm", spy_randperm)
+    augmented_linear_probe(model, train, test, LinearEvalConfig(epochs=2, batch_size=512, augment=True))
+    assert generators and all(g == d for g, d in generators)                     # each view drawn where its images are
+    assert permutations == [(train.labels.device, train.labels.device)] * 2        # each epoch's shuffle made on the labels' device
+
+
+def test_cpu_results_are_those_of_the_host_generator():
+    "On the CPU a generator made for the data's device is the host generator the probes used before: the same draws, so the same results."
+    for seed in (0, 5, 12345):
+        old, new = torch.Generator().manual_seed(seed), torch.Generator(device=torch.device("cpu")).manual_seed(seed)
+        assert torch.equal(torch.randperm(1438, generator=old), torch.randperm(1438, generator=new, device="cpu"))
+        assert torch.equal(torch.rand(64, 10, generator=old), torch.rand(64, 10, generator=new))
