@@ -189,6 +189,7 @@ def _run(command: str, args: dict) -> int:
     if command == "study":
         from ctl_explore.study_runs import load_results, report_study, run_one, run_study, study_plan, study_status, write_report
         out = args["out"] or Path(f"study-{args['preset']}")
+        if args["device"] is not None: PretrainConfig(device=args["device"])  # a wrong device is a usage error, --list included
         if args["list"]:
             states = (out / "runs").is_dir()
             print("index\trun\tloss\ttau\tseed\tepochs" + ("\tstate" if states else ""))

@@ -1,0 +1,102 @@
+"""`ctl-explore study` from the command line: one sentence for every bad option, a user's folder refused with its files intact,
+an invalid result.json named in a warning (never a traceback), failed runs named with their errors (exit status 1),
+the state of each run in --list, and a Ctrl-C that says how many runs are saved."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import ctl_explore.study as study
+import ctl_explore.study_runs as sr
+from ctl_explore.cli import main
+from ctl_explore.study import StudyPreset
+
+TINY = StudyPreset("tiny", width=4, epochs=2, taus=(0.2, 0.5), seeds=(0,), simple_losses=False, linear_epochs=2)
+WILD = dataclasses.replace(TINY, name="wild", lr=1e6)
+
+
+@pytest.fixture(autouse=True)
+def presets(monkeypatch):
+    monkeypatch.setitem(study.PRESETS, "tiny", TINY)
+    monkeypatch.setitem(study.PRESETS, "wild", WILD)
+    torch.set_num_threads(1)
+
+
+def _usage_error(capsys, *argv) -> str:
+    with pytest.raises(SystemExit) as caught:
+        main(list(argv))
+    err = capsys.readouterr().err
+    assert caught.value.code == 2 and "Traceback" not in err
+    return err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--workers", "0"], "argument --workers: must be a whole number >= 1 (worker processes), got '0'"),
+    (["--workers", "two"], "argument --workers: must be a whole number >= 1 (worker processes), got 'two'"),
+    (["--out", " "], "argument --out: must name a folder, not an empty string"),
+    (["--preset", "cifar"], "argument --preset: invalid choice: 'cifar'"),
+    (["--run", "4", "--out", "{tmp}/s"], "index must be an integer in [0, 3] (the study's 4 runs; see --list), got 4"),
+    (["--run", "x"], "argument --run: invalid int value: 'x'"),
+    (["--device", "gpu", "--list"], "device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got 'gpu'"),
+    (["--list", "--report"], "argument --report: not allowed with argument --list"),
+])
+def test_a_bad_study_option_is_one_sentence(capsys, tmp_path, argv, says):
+    line = _usage_error(capsys, "study", "--preset", "tiny", *[a.replace("{tmp}", str(tmp_path)) for a in argv])
+    assert says in line and line.startswith("ctl-explore")
+
+
+def test_a_users_folder_is_refused_and_its_files_survive(capsys, tmp_path):
+    files = {"results.csv": "my,table\n", "results.json": '{"mine": true}', "report.html": "<p>mine</p>", "metrics.jsonl": "{}\n"}
+    for name, text in files.items(): (tmp_path / name).write_text(text)
+    for extra in ([], ["--run", "0"]):
+        assert main(["study", "--preset", "tiny", "--out", str(tmp_path), "--quiet", *extra]) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "holds files this package did not write" in err and "Traceback" not in err
+    assert main(["study", "--preset", "tiny", "--out", str(tmp_path), "--report"]) == 1
+    assert "holds no study" in capsys.readouterr().err
+    assert {p.name: p.read_text() for p in tmp_path.iterdir()} == files
+
+
+def test_failed_runs_are_named_listed_and_reported(capsys, tmp_path):
+    out = tmp_path / "w"
+    assert main(["study", "--preset", "wild", "--out", str(out), "--quiet", "--workers", "8"]) == 1
+    err = capsys.readouterr().err
+    assert "ctl-explore: warning: workers lowered from 8 to" in err
+    assert "4 of 4 runs failed (contrastive-tau0.2-seed0: TrainingDivergedError: training diverged at epoch 1" in err
+    assert "Traceback" not in err and "training diverged" in (out / "report.html").read_text()
+    assert main(["study", "--preset", "wild", "--out", str(out), "--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("\tstate") and all("\tfailed: TrainingDivergedError: training diverged" in l for l in lines[1:])
+    assert main(["study", "--preset", "wild", "--out", str(out), "--run", "1"]) == 1
+    assert "run contrastive-tau0.5-seed0 failed: TrainingDivergedError" in capsys.readouterr().err
+
+
+def test_an_invalid_result_json_gets_a_sentence_not_a_traceback(capsys, tmp_path):
+    out = tmp_path / "s"
+    assert main(["study", "--preset", "tiny", "--out", str(out), "--quiet", "--workers", "1"]) == 0
+    capsys.readouterr()
+    path = out / "runs" / "contrastive-tau0.2-seed0" / "result.json"
+    row = json.loads(path.read_text())
+    edited = {**row, "linear_top1": "high"}
+    path.write_text(json.dumps({**edited, "checksum": sr.row_checksum(edited)}))
+    assert main(["study", "--preset", "tiny", "--out", str(out), "--report"]) == 0
+    said = capsys.readouterr()
+    assert f"ctl-explore: warning: {path} is not a valid result row (linear_top1 must be a number in [0, 1], got 'high')" in said.err
+    assert "1 run(s) not finished yet: contrastive-tau0.2-seed0" in said.out and "Traceback" not in said.err
+    assert main(["study", "--preset", "tiny", "--out", str(out), "--list"]) == 0
+    assert "contrastive-tau0.2-seed0\tcontrastive\t0.2\t0\t2\tstarted" in capsys.readouterr().out
+    assert main(["study", "--preset", "tiny", "--out", str(out), "--quiet", "--workers", "1"]) == 0  # measured again
+    assert "measuring run contrastive-tau0.2-seed0 again from its checkpoint" in capsys.readouterr().err
+    assert isinstance(json.loads(path.read_text())["linear_top1"], float)
+
+
+def test_ctrl_c_says_how_many_runs_are_saved(capsys, monkeypatch, tmp_path):
+    def interrupted(*a, **k): raise sr.StudyInterrupted(10, 1, 12, tmp_path / "S")
+    monkeypatch.setattr(sr, "run_study", interrupted)
+    assert main(["study", "--preset", "tiny", "--out", str(tmp_path / "S")]) == 130
+    err = capsys.readouterr().err
+    assert "10 of its 12 runs finished and saved" in err and "1 failed" in err and "nothing saved" not in err
