@@ -8,8 +8,13 @@
 #
 # Each task trains (or resumes) and measures one run in its own run folder under "$out/runs", holding that folder's lock:
 # two tasks never train the same run, and a task that dies (preempted, out of time) releases the lock with its process,
-# so resubmitting the same index resumes the run from its last checkpoint. --report writes results.csv, results.json and
-# report.html from the finished runs and names any that are still missing; resubmit those indices and report again.
+# so resubmitting the same index resumes the run from its last checkpoint. A run that fails (training diverges, the disk
+# fills) is recorded with its error in its run folder and the task exits with status 1; `--list --out "$out"` shows each
+# run's state (finished, failed and why, started, not started). --report writes results.csv, results.json (with its
+# checksum in results.json.sha256) and report.html from the finished runs, naming the failed ones and any still missing;
+# resubmit those indices (a failed run is retried) and report again. "$out" must be new, empty, or a study's own folder
+# (it holds .ctl-explore-study): the study never writes into a folder of other files. Each task's GPU is the one Slurm
+# gave it (CUDA_VISIBLE_DEVICES).
 #SBATCH --job-name=ctl-study
 #SBATCH --gres=gpu:1
 #SBATCH --cpus-per-task=8
