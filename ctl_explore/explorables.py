@@ -130,11 +130,11 @@ EXPLORABLES_JS = r"""// The site's explorables, drawn with the local plotly.js a
     for (var i = 0; i < neg.length; i++) out[i] = neg[i] >= cut ? neg[i] / tau : -Infinity;
     return out;
   }
-  function logSumExp(x) {
+  function logNorm(x) {  // log_softmax(x)[i] = (x[i] - m) - logS, as torch computes it (m the maximum)
     var m = -Infinity, s = 0, i;
     for (i = 0; i < x.length; i++) if (x[i] > m) m = x[i];
     for (i = 0; i < x.length; i++) s += Math.exp(x[i] - m);
-    return m + Math.log(s);
+    return {m: m, logS: Math.log(s)};
   }
   M.relativePenalty = function (neg, tau, alpha) {  // Eq 5 (Eq 8 with alpha): softmax(s/τ) over the kept negatives
     var x = scaled(neg, tau, alpha), m = -Infinity, s = 0, i, out = new Array(x.length);
@@ -144,14 +144,15 @@ EXPLORABLES_JS = r"""// The site's explorables, drawn with the local plotly.js a
     return out;
   };
   M.penaltyEntropy = function (neg, tau, alpha) {  // H(r_i) in nats, 0·log 0 = 0
-    var x = scaled(neg, tau, alpha), lse = logSumExp(x), h = 0;
-    for (var i = 0; i < x.length; i++) { var lr = x[i] - lse, r = Math.exp(lr); if (r > 0) h -= r * lr; }
+    var x = scaled(neg, tau, alpha), n = logNorm(x), h = 0;
+    for (var i = 0; i < x.length; i++) { var lr = (x[i] - n.m) - n.logS, r = Math.exp(lr); if (r > 0) h -= r * lr; }
     return h;
   };
   M.entropyCurve = function (neg, taus, alpha) { return taus.map(function (t) { return M.penaltyEntropy(neg, t, alpha); }); };
   M.contrastiveLoss = function (pos, neg, tau, alpha) {  // Eq 1 (Eq 9 with alpha): -log softmax([s_ii, s_ij]/τ)[0]
     var x = scaled(neg, tau, alpha); x.unshift(pos / tau);
-    return logSumExp(x) - pos / tau;
+    var n = logNorm(x);
+    return n.logS - (x[0] - n.m);
   };
   M.simpleLoss = function (pos, neg, lam) { var s = 0; for (var i = 0; i < neg.length; i++) s += neg[i]; return lam * s - pos; };
   M.lossCurves = function (pos, neg, taus) {  // loss_curves: Eq 1, Eq 6 (τ→0) and Eq 7 (τ→∞) at every τ
@@ -363,7 +364,7 @@ EXPLORABLES_JS = r"""// The site's explorables, drawn with the local plotly.js a
   function Replay(host, spec) {
     var self = this, s = copy(spec.state);
     this.host = host; this.spec = spec; this.state = s; this.timer = null; this.decoded = {};
-    host.ctlState = s; host.ctlExplorable = this;
+    host.ctlState = s; host.ctlExplorable = this; host.ctlShownSteps = [];  // every step drawn, in order
     var panel = el("div", {"class": "ctl-x-controls"}, host);
     var row = el("label", {"class": "ctl-x-control"}, panel);
     el("span", {"class": "ctl-x-desc"}, row, "loss");
@@ -420,7 +421,7 @@ EXPLORABLES_JS = r"""// The site's explorables, drawn with the local plotly.js a
       b.disabled = tauFree; b.classList.toggle("ctl-x-on", !tauFree && spec.taus[i] === s.tau);
     });
     var n = spec.labels.length, xyz = this.positions(run), base = s.frame * n * 3, step = spec.frame_steps[s.frame];
-    s.step = step; s.run = run.key;
+    s.step = step; s.run = run.key; this.host.ctlShownSteps.push(step);
     for (var c = 0; c < spec.n_classes; c++) { F.sphere.data[c].x = []; F.sphere.data[c].y = []; F.sphere.data[c].z = []; }
     for (var i = 0; i < n; i++) {
       var t = F.sphere.data[spec.labels[i]];

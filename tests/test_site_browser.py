@@ -1,11 +1,16 @@
-"""The course as a static site: built by its one command, then every page read from disk in headless Chromium.
+"""The course as a static site: built by its one command, then its pages read from disk in headless Chromium.
 
-The module builds the site once (``python -m ctl_explore.site --out <tmp>``, every lesson, slow cells excepted; a few
-minutes on 2 cores) and checks it twice over: without a browser (a page for every lesson, the hidden cells -- the
-exercises' solutions among them -- on none of them, the build leaves nothing new in the repository) and in Chromium
-from ``file://`` (no network request, no console or page error, every plotly figure drawn, the math typeset with no
-TeX left raw, no nbdev directive in the code shown, every widget shown as its snapshot, the index linking every
-lesson in course order). Viewport screenshots go to ``tests/artifacts/site/`` (git-ignored).
+The module builds the site once per session (``python -m ctl_explore.site --out <tmp> --only SITE_ONLY``, see
+``browser_setup``: lessons 02, 91, 92 and the index by default, about two minutes on 2 cores; ``CTL_SITE_ONLY=.``
+builds every lesson) and checks it twice over: without a browser (a page for every lesson built, the hidden cells --
+the exercises' solutions among them -- on none of them, the build leaves nothing new in the repository) and in
+Chromium from ``file://`` (no network request, no console or page error, every plotly figure drawn, the math typeset
+with no TeX left raw, no nbdev directive in the code shown, every widget shown as its snapshot or its explorable, the
+index linking every page in course order). Viewport screenshots go to ``tests/artifacts/site/`` (git-ignored).
+
+It also checks, with no browser and no lesson run, what the builder refuses: a folder it did not make (a user's files
+there stay as they were), an invalid ``--only``; and, on a tiny project of its own, that a lesson which fails in a
+rebuild does not leave its old page on the site.
 
 Set ``CTL_SITE`` to the folder of a site already built with the same command to check it without building again.
 The browser tests need the ``playwright`` Python package and a system Chromium (Debian: ``apt-get install chromium``);
@@ -24,44 +29,22 @@ from pathlib import Path
 
 import pytest
 
-from browser_setup import launch_browser, needs_browser
-from ctl_explore.site import directive_free, is_hidden, lesson_notebooks, skip_reason
+from browser_setup import built_site, launch_browser, needs_browser, open_page, site_lessons
+from ctl_explore.site import SITE_MARKER, directive_free, is_hidden, lesson_notebooks, skip_reason
 
 REPO = Path(__file__).resolve().parents[1]
 NBS = REPO / "nbs"
-LESSONS = lesson_notebooks(NBS)
+LESSONS = site_lessons(lesson_notebooks(NBS))
 ARTIFACTS = REPO / "tests" / "artifacts" / "site"
-BUILD_TIMEOUT_S = 1800
-PAGE_TIMEOUT_MS = 120_000
 
 
 BROWSER_MARKS = needs_browser("the site's browser tests")
 
 
-def _git_status() -> set[str] | None:
-    try:
-        out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=REPO, capture_output=True,
-                             text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return set(out.stdout.splitlines()) if out.returncode == 0 else None
-
-
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     "The built site: (folder, manifest, files the build added to or changed in the repository, or None if unknown)."
-    if os.environ.get("CTL_SITE"):
-        out = Path(os.environ["CTL_SITE"]).resolve()
-        return out, json.loads((out / "site.json").read_text()), None
-    out = tmp_path_factory.mktemp("site") / "_site"
-    before = _git_status()
-    proc = subprocess.run([sys.executable, "-m", "ctl_explore.site", "--out", str(out)], cwd=REPO, capture_output=True,
-                          text=True, timeout=BUILD_TIMEOUT_S)
-    after = _git_status()
-    assert proc.returncode == 0, f"the site build failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
-    assert f"open {out / 'index.html'}" in proc.stdout, proc.stdout
-    littered = sorted(after - before) if before is not None and after is not None else None
-    return out, json.loads((out / "site.json").read_text()), littered
+    return built_site(tmp_path_factory)
 
 
 def test_every_lesson_has_a_page(site):
@@ -72,8 +55,10 @@ def test_every_lesson_has_a_page(site):
         assert (out / page["page"]).stat().st_size > 1000, page
     assert sum(p["figures"] for p in manifest["pages"]) > 0, "no lesson showed a single figure"
     assert manifest["test_flags"] == ["notest", "slow", "gpu"]  # the same cells nbdev-test skips
-    for asset in ("plotly.min.js", "site.js", "site.css", "mathjax/MathJax.js"):
+    for asset in ("plotly.min.js", "site.js", "explorables.js", "site.css", "mathjax/MathJax.js"):
         assert (out / "assets" / asset).is_file(), asset
+    assert (out / SITE_MARKER).is_file()
+    assert manifest["explorables"]["page"] == "explorables.html" and (out / "explorables.html").stat().st_size > 1000
 
 
 def test_the_build_leaves_the_repository_as_it_was(site):
@@ -135,28 +120,6 @@ def browser():
     yield from launch_browser()
 
 
-def _open(browser, path: Path):
-    "Open `path` from disk; returns the page and what it did: console errors, page errors, requests that were refused."
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    seen = {"console": [], "pageerror": [], "network": [], "failed": []}
-    page.on("console", lambda m: seen["console"].append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: seen["pageerror"].append(str(e)))
-    page.on("requestfailed", lambda r: seen["failed"].append(f"{r.url} ({r.failure})"))
-
-    def route(r):
-        if r.request.url.startswith("file://"):
-            r.continue_()
-        else:
-            seen["network"].append(r.request.url)
-            r.abort()
-    page.route("**/*", route)
-    page.goto(path.as_uri())
-    page.wait_for_function("window.ctlSite && (window.ctlSite.done || window.ctlSite.errors.length > 0)",
-                           timeout=PAGE_TIMEOUT_MS)
-    return context, page, seen
-
-
 def _needs_browser(test):
     for mark in BROWSER_MARKS:
         test = mark(test)
@@ -164,11 +127,13 @@ def _needs_browser(test):
 
 
 @_needs_browser
-@pytest.mark.parametrize("stem", [p.stem for p in LESSONS])
+@pytest.mark.parametrize("stem", [p.stem for p in LESSONS] + ["explorables"])
 def test_page_reads_offline(site, browser, stem):
     out, manifest, _ = site
-    entry = next(p for p in manifest["pages"] if p["page"] == f"{stem}.html")
-    context, page, seen = _open(browser, out / f"{stem}.html")
+    entry = next((p for p in manifest["pages"] if p["page"] == f"{stem}.html"), None)
+    if stem == "explorables":  # no notebook behind it: two explorables, no figure of plotly's own, no widget
+        entry = {"page": "explorables.html", "notebook": None, "figures": 0, "widgets": 0}
+    context, page, seen = open_page(browser, out / f"{stem}.html")
     try:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / f"{stem}.png"))
@@ -191,6 +156,8 @@ def test_page_reads_offline(site, browser, stem):
             raw_math: (markdown.match(/\\$[^$\\n]{1,200}\\$/g) || []).slice(0, 5),
             directives: q('.jp-InputArea-editor').map(e => e.innerText).filter(t => /^\\s*#\\|/m.test(t)).map(t => t.slice(0, 80)),
             widgets: q('.ctl-widget').length,
+            explorables: q('.ctl-explorable').map(e => [e.dataset.ctlExplorable, e.querySelectorAll('.js-plotly-plot svg.main-svg').length > 0]),
+            fallbacks: q('.ctl-x-fallback').length,
             links: q('a[href]').map(a => a.getAttribute('href')),
           };
         }""")
@@ -209,6 +176,13 @@ def test_page_reads_offline(site, browser, stem):
     assert not state["raw_math"], f"{stem}: math left as raw TeX: {state['raw_math']}"
     assert not state["directives"], f"{stem}: nbdev directives in the code shown: {state['directives']}"
     assert state["widgets"] == entry["widgets"], (stem, state["widgets"], entry["widgets"])
+    assert all(drawn for _, drawn in state["explorables"]), f"{stem}: an explorable not drawn: {state['explorables']}"
+    assert state["fallbacks"] == 0, f"{stem}: an explorable still shows its fallback note"
+    if stem in ("02_explorer", "explorables"):  # lesson 02's two widgets are live on its page and on their own page
+        assert sorted(kind for kind, _ in state["explorables"]) == ["hypersphere-replay", "temperature-explorer"], state["explorables"]
+    if entry["notebook"] is None:
+        assert any(h.split("#")[0] == "index.html" for h in state["links"]), f"{stem}: no link back to the index"
+        return
     nb = json.loads((NBS / entry["notebook"]).read_text(encoding="utf-8"))
     prose = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
     if re.search(r"\$[^$\n]+\$", re.sub(r"`[^`]*`", "", prose)):
@@ -219,9 +193,101 @@ def test_page_reads_offline(site, browser, stem):
             assert (out / target).is_file(), f"{stem}: a link to a page that does not exist: {href}"
     if stem == "index":
         linked = [h.split("#")[0] for h in state["links"]]
-        for other in manifest["pages"]:
+        for other in manifest["pages"] + [manifest["explorables"]]:
             if other["page"] != "index.html":
                 assert other["page"] in linked, f"the index does not link {other['page']}"
-        listed = [h for h in linked if h.endswith(".html") and h != "index.html"]
+        listed = [h for h in linked if h.endswith(".html") and h not in ("index.html", "explorables.html")]
         order = [p["page"] for p in manifest["pages"] if p["page"] != "index.html"]
         assert listed[-len(order):] == order, "the index's list of pages is not in course order"
+
+
+# ---- what the builder refuses, and a failed rebuild (no browser, no lesson of the course run) ----------------------
+
+def _site_command(*args: str, cwd: Path = REPO, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ctl_explore.site", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_users_folder_is_refused_and_left_as_it_was(tmp_path):
+    "--out naming a folder with a user's files (an index.html, an assets/mathjax of their own): one sentence, nothing touched."
+    mine = tmp_path / "talk"
+    (mine / "assets" / "mathjax").mkdir(parents=True)
+    (mine / "index.html").write_text("<p>my slides</p>")
+    (mine / "site.json").write_text("{}")
+    (mine / "assets" / "mathjax" / "MathJax.js").write_text("// my own MathJax build")
+    before = _snapshot(mine)
+    proc = _site_command("--out", str(mine), "--only", "^index")
+    assert proc.returncode == 1, proc
+    assert "Traceback" not in proc.stderr
+    lines = [l for l in proc.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: refusing to write the site into"), proc.stderr
+    assert SITE_MARKER in lines[0] and str(mine) in lines[0]
+    assert _snapshot(mine) == before, "the refused build changed the user's folder"
+    # a file given as --out, too
+    proc = _site_command("--out", str(mine / "index.html"), "--only", "^index")
+    assert proc.returncode == 1 and "is a file, not a folder" in proc.stderr and "Traceback" not in proc.stderr
+    assert _snapshot(mine) == before
+
+
+def test_an_invalid_only_is_one_sentence_naming_the_option(tmp_path):
+    for bad in ("(02", "*index", "[a-"):
+        proc = _site_command("--out", str(tmp_path / "site"), "--only", bad)
+        assert proc.returncode == 1, proc
+        lines = [l for l in proc.stderr.splitlines() if l.strip()]
+        assert len(lines) == 1 and lines[0].startswith(f"error: --only {bad!r} is not a valid regular expression"), proc.stderr
+        assert not (tmp_path / "site").exists(), "the folder was made before the option was checked"
+
+
+_TINY_PYPROJECT = """[project]
+name = "tiny-course"
+version = "0.0.1"
+
+[tool.nbdev]
+lib_path = "tiny_course"
+nbs_path = "nbs"
+tst_flags = "notest slow gpu"
+cell_timeout = 60
+"""
+
+
+def _tiny_notebook(path: Path, title: str, code: str) -> None:
+    import nbformat
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(f"# {title}\n\nSome prose."),
+                                         nbformat.v4.new_code_cell(code)])
+    nb.metadata["kernelspec"] = {"display_name": "python3", "language": "python", "name": "python3"}
+    nbformat.write(nb, path)
+
+
+def test_a_lesson_that_fails_in_a_rebuild_leaves_no_old_page(tmp_path):
+    "Built once with every lesson passing, then rebuilt with one failing: its page says it failed, the index marks it."
+    project = tmp_path / "course"
+    (project / "nbs").mkdir(parents=True)
+    (project / "pyproject.toml").write_text(_TINY_PYPROJECT)
+    _tiny_notebook(project / "nbs" / "00_first.ipynb", "First", "print('first lesson ran')")
+    _tiny_notebook(project / "nbs" / "01_second.ipynb", "Second", "print('second lesson, version 1')")
+    _tiny_notebook(project / "nbs" / "index.ipynb", "Tiny course", "print('the index')")
+    out = tmp_path / "site"
+    args = ("--out", str(out), "--nbs", str(project / "nbs"), "--no-explorables")
+    proc = _site_command(*args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "second lesson, version 1" in (out / "01_second.html").read_text(encoding="utf-8")
+    assert 'class="ctl-not-built"' not in (out / "index.html").read_text(encoding="utf-8")
+
+    _tiny_notebook(project / "nbs" / "01_second.ipynb", "Second", "raise ValueError('the second lesson broke')")
+    proc = _site_command(*args)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "01_second.html" in proc.stderr and "the second lesson broke" in proc.stderr  # which lessons failed, said
+    page = (out / "01_second.html").read_text(encoding="utf-8")
+    assert "second lesson, version 1" not in page, "the old page of the failed lesson is still on the site"
+    assert "failed when the site was last built" in page and "the second lesson broke" in page
+    index = (out / "index.html").read_text(encoding="utf-8")
+    assert '<li class="ctl-not-built"><a href="01_second.html">' in index and "(failed to build)" in index
+    assert '<li><a href="00_first.html">' in index  # the others as they were
+    assert "first lesson ran" in (out / "00_first.html").read_text(encoding="utf-8")
+    manifest = json.loads((out / "site.json").read_text())
+    assert list(manifest["failed"]) == ["01_second.ipynb"] and [p["page"] for p in manifest["pages"]] == ["00_first.html", "index.html"]
+
