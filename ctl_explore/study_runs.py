@@ -387,17 +387,22 @@ def _ours(name: str) -> bool:
     return base in STUDY_ENTRIES + (STUDY_MARKER,)
 
 def _older_study(folder: Path) -> bool:
-    "Whether `folder` is a study folder written before the marker existed: only a study's own entries at its top, and a runs/ folder whose every entry is a run folder named as the package names the run in its config.json, at least one of them with a checkpoint."
-    if not all(_ours(e.name) for e in os.scandir(folder)) or not (folder / "runs").is_dir() or (folder / "runs").is_symlink(): return False
-    runs = list(os.scandir(folder / "runs"))
-    if not runs: return True  # nothing but an empty runs/: nothing there to overwrite
-    for entry in runs:
+    "Whether `folder` is a study folder written before the marker existed: only a study's own entries at its top, and a runs/ folder whose every entry is a run folder named as the package names the run in its config.json, at least one of them with a checkpoint. (Only a marker being written, or an empty runs/, count too: there is nothing to overwrite.)"
+    entries = list(os.scandir(folder))
+    if not all(_ours(e.name) for e in entries): return False
+    barely = all(e.name.startswith(STUDY_MARKER) or e.name == "runs" for e in entries)  # another process starting this study now
+    runs = folder / "runs"
+    if not runs.exists(): return barely
+    if runs.is_symlink() or not runs.is_dir(): return False
+    run_dirs = list(os.scandir(runs))
+    if not run_dirs: return barely
+    for entry in run_dirs:
         if not entry.is_dir(follow_symlinks=False): return False
         try:
             config = PretrainConfig.from_dict(json.loads((Path(entry.path) / "config.json").read_text()))
             if run_name(config) != entry.name: return False
         except (OSError, ValueError, TypeError, UnicodeDecodeError, AttributeError): return False
-    return any((Path(e.path) / "checkpoint.pt").is_file() for e in runs)
+    return any((Path(e.path) / "checkpoint.pt").is_file() for e in run_dirs)
 
 def claim_study_folder(out_dir: str | Path, preset: str | StudyPreset) -> Path:
     "Make sure the study may write into `out_dir`: new (created here), empty, already marked as a study's, or a study folder of an older version (marked now); `StudyError` with a sentence otherwise."

@@ -229,6 +229,10 @@ def test_new_empty_and_marked_folders_are_taken(tmp_path):
     assert json.loads((tmp_path / "empty" / STUDY_MARKER).read_text())["preset"] == "tiny"
     (tmp_path / "empty" / "notes.txt").write_text("the user's, in the study's own folder")
     claim_study_folder(tmp_path / "empty", TINY)  # a marked folder is the study's
+    for left in ([f"{STUDY_MARKER}.4242.abc123.tmp"], ["runs/"]):  # another task starting the same study right now
+        folder = tmp_path / ("starting" + str(len(left[0])))
+        (folder / left[0]).mkdir(parents=True) if left[0].endswith("/") else (folder.mkdir(), (folder / left[0]).write_text("{"))
+        claim_study_folder(folder, TINY)
     (tmp_path / "file").write_text("x")
     with pytest.raises(StudyError, match="is a file, not a folder"):
         claim_study_folder(tmp_path / "file", TINY)
@@ -410,6 +414,29 @@ def test_killing_the_parent_leaves_no_worker(tmp_path):
     left = [p for p in workers if _alive(p)]
     for p in left: os.kill(p, signal.SIGKILL)
     assert left == [], "workers outlived their parent"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process tree from /proc")
+def test_ctrl_c_stops_a_worker_study_and_counts_what_is_saved(tmp_path):
+    code = textwrap.dedent(f"""
+        from ctl_explore.study import StudyPreset
+        from ctl_explore.study_runs import StudyInterrupted, run_study
+        p = StudyPreset("long", width=4, epochs=400, taus=(0.2, 0.5), seeds=(0,), simple_losses=False, linear_epochs=2)
+        try: run_study(p, {str(tmp_path / 'S')!r}, quiet=True, workers=2)
+        except StudyInterrupted as e: print(e)
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", code], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not list((tmp_path / "S" / "runs").glob("*/metrics.jsonl")):
+        assert parent.poll() is None and time.time() < deadline, parent.communicate()[1][-2000:]
+        time.sleep(0.2)
+    workers = _children(parent.pid)
+    os.kill(parent.pid, signal.SIGINT)  # the parent alone, as `kill -INT` does (a terminal's Ctrl-C reaches the workers too)
+    out, err = parent.communicate(timeout=30)
+    assert "study interrupted: 0 of its 4 runs finished and saved" in out and "Traceback" not in err, err[-2000:]
+    time.sleep(1)
+    assert [p for p in workers if _alive(p)] == []
 
 
 @pytest.mark.slow
