@@ -10,22 +10,32 @@ pass, the SGD update, and with the memory bank its moving-average update. Two wa
   comparison with the published SimCLR anchors, which run the network on two views of every image.
 
 Each at batch 128 ([WL21]) and 512, with torch.compile off, of the encoder (`compile=True`) and of the whole step
-(`compile="step"`). The data are random uint8 images of CIFAR10's shape (3 x 32 x 32, 50,000 rows), made on the
-device: nothing is downloaded. cudnn.benchmark is on, as `pretrain` sets it on CUDA.
+(`compile="step"`, the learning rate a tensor as `pretrain` passes it), for the ordinary contrastive loss and the hard
+one (`--loss`). The data are random uint8 images of CIFAR10's shape (3 x 32 x 32, 50,000 rows), made on the device:
+nothing is downloaded. cudnn.benchmark is on, as `pretrain` sets it on CUDA. Each case is timed `--repeats` times
+after its warm-up; the table gives the median images/s and the range over the repeats.
+
+The page is rewritten (atomically: a temporary file, then a rename) after every case, so a crash or a kill keeps the
+rows already measured. A case that fails (out of memory, a compiler error) becomes a row that says why in a sentence,
+and the others go on; the exit status is 1 if any failed.
 
 One GPU: `python benchmarks/bench_gpu.py`. N GPUs: `torchrun --standalone --nproc_per_node=N benchmarks/bench_gpu.py`;
 the script sees WORLD_SIZE, each process takes the GPU of its LOCAL_RANK (as `pretrain` does), the batch is the global
-batch split over the processes (memory bank only: `pretrain` takes the batch's negatives in one process only), and
-process 0 writes the table. The page is `benchmarks/results/gpu.md` (one GPU) or `gpu-<N>gpus.md`, with the machine's
+batch split over the processes (memory bank only: `pretrain` takes the batch's negatives in one process only), batch
+norm over the global batch with `pretrain`'s GlobalBatchNorm, torch.compile off (`pretrain` refuses it under torchrun),
+and process 0 writes the table. The page is `benchmarks/results/gpu.md` (one GPU) or `gpu-<N>gpus.md`, with the machine's
 name (GPU model, driver, CUDA and torch versions). Without CUDA, or with `--toy`, it runs a toy size on the CPU in
 seconds (the test suite does, so that the script keeps working) and writes a file only when given `--out`.
+`--device cpu --tiny` is the same toy size, named for what it is.
 """
 from __future__ import annotations
 
 import argparse
 import datetime
 import os
+import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -36,11 +46,12 @@ from ctl_explore.checks import value_checks
 from ctl_explore.data import TwoViewAugment
 from ctl_explore.gpu import device_summary
 from ctl_explore.memory_bank import MemoryBank
-from ctl_explore.train import (PretrainConfig, _distributed, _init_distributed, build_model, negatives_seen, resolve_device,
-                               training_step, view_draws)
+from ctl_explore.train import (PretrainConfig, _distributed, _init_distributed, _set_lr, build_model, distributed_net, negatives_seen,
+                               resolve_device, training_step, view_draws)
 
 RESULTS = Path(__file__).parent / "results"
 COMPILES = ("off", "encoder", "step")  # torch.compile of nothing, of the encoder (compile=True), of the whole step
+LOSSES = ("contrastive", "hard_contrastive")  # the ordinary loss and the hard one (top-k of each row's negatives)
 
 # published anchors (issue 16): the numbers a GPU owner compares with
 ANCHORS = (
@@ -54,15 +65,18 @@ ANCHORS = (
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="Images/s of pretrain's training step (ResNet18, CIFAR10-shaped data), bf16, "
                                             "with and without torch.compile, on one GPU or under torchrun on N; writes a markdown table.")
-    p.add_argument("--toy", action="store_true", help="a toy size on the CPU, in seconds (automatic when CUDA is not available)")
+    p.add_argument("--toy", "--tiny", dest="toy", action="store_true",
+                   help="a toy size on the CPU, in seconds (automatic when CUDA is not available)")
     p.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if available, else cpu; under torchrun: "
                                                   "each process's cuda:LOCAL_RANK)")
     p.add_argument("--batch", type=int, nargs="+", default=None, help="global batch sizes (default 128 512; toy: 8 16)")
     p.add_argument("--rows", type=int, default=None, help="training images (default 50000; toy: 128)")
     p.add_argument("--steps", type=int, default=None, help="timed steps per case (default 100; toy: 2)")
     p.add_argument("--warmup", type=int, default=None, help="untimed steps first, compilation included (default 15; toy: 1)")
+    p.add_argument("--repeats", type=int, default=None, help="timings of --steps steps per case, for the median and range (default 5; toy: 1)")
+    p.add_argument("--loss", choices=LOSSES, nargs="+", default=None, help="losses to time (default: both; toy: contrastive)")
     p.add_argument("--compile", choices=COMPILES, nargs="+", default=None,
-                   help="torch.compile settings to time: off, encoder, step (default on CUDA: all three; toy: off)")
+                   help="torch.compile settings to time: off, encoder, step (default on CUDA: all three; toy and torchrun: off)")
     p.add_argument("--negatives", choices=("bank", "batch"), nargs="+", default=None,
                    help="bank, batch (default: both; under torchrun: bank, the only one pretrain runs on several processes)")
     p.add_argument("--out", type=Path, default=None, help="markdown file to write (default on CUDA: benchmarks/results/gpu.md, "
@@ -73,12 +87,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         p.error(f"--device {args.device} asked for, but CUDA is not available (leave --device out for the CPU toy size)")
     args.toy = args.toy or not args.device.startswith("cuda")
-    defaults = dict(batch=[8, 16], rows=128, steps=2, warmup=1, compile=["off"]) if args.toy else \
-               dict(batch=[128, 512], rows=50_000, steps=100, warmup=15, compile=list(COMPILES))
+    defaults = dict(batch=[8, 16], rows=128, steps=2, warmup=1, compile=["off"], repeats=1, loss=["contrastive"]) if args.toy else \
+               dict(batch=[128, 512], rows=50_000, steps=100, warmup=15, compile=list(COMPILES), repeats=5, loss=list(LOSSES))
     defaults["negatives"] = ["bank"] if args.world > 1 else ["bank", "batch"]
+    if args.world > 1: defaults["compile"] = ["off"]
     for name, value in defaults.items():
         if getattr(args, name) is None: setattr(args, name, value)
-    for name in ("rows", "steps"):
+    for name in ("rows", "steps", "repeats"):
         if getattr(args, name) < 1: p.error(f"--{name} must be an integer >= 1, got {getattr(args, name)}")
     if args.warmup < 0: p.error(f"--warmup must be an integer >= 0, got {args.warmup}")
     if any(b < 2 for b in args.batch): p.error(f"--batch sizes must be at least 2, got {args.batch}")
@@ -86,23 +101,23 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.world > 1:
         if "batch" in args.negatives: p.error("--negatives batch runs in one process only (as in pretrain); use bank under torchrun")
         if any(b % args.world for b in args.batch): p.error(f"--batch sizes must be divisible by the {args.world} processes, got {args.batch}")
+        if args.compile != ["off"]: p.error("--compile encoder/step is not run under torchrun: pretrain refuses torch.compile with several processes")
     if args.out is None and not args.toy: args.out = RESULTS / ("gpu.md" if args.world == 1 else f"gpu-{args.world}gpus.md")
     return args
 
 
-def time_case(images: torch.Tensor, batch: int, negatives: str, compile: str, steps: int, warmup: int, device: torch.device) -> dict:
-    "Images/s of `steps` training steps (after `warmup` untimed ones) for one setting; a fresh model, optimiser and bank each time."
+def time_case(images: torch.Tensor, batch: int, negatives: str, compile: str, steps: int, warmup: int, device: torch.device,
+              loss: str = "contrastive", repeats: int = 1) -> dict:
+    "Images/s of `repeats` timings of `steps` training steps (after `warmup` untimed ones) for one setting; a fresh model, optimiser and bank each time."
     rank, world = _distributed()
     config = PretrainConfig(dataset="cifar10", backbone="resnet18", batch_size=batch, precision="bf16", negatives=negatives,
-                            compile={"off": False, "encoder": True, "step": "step"}[compile])
+                            loss=loss, compile={"off": False, "encoder": True, "step": "step"}[compile])
     model = build_model(config, images.shape[1], device)
-    net = model
-    if world > 1:  # as pretrain does it
-        if device.type == "cuda": net = torch.nn.SyncBatchNorm.convert_sync_batchnorm(net)
-        net = torch.nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
+    net = distributed_net(model, device)  # as pretrain does it: GlobalBatchNorm and DDP under torchrun, the model alone otherwise
     if compile == "encoder": net = torch.compile(net)
     step = torch.compile(training_step) if compile == "step" else training_step
     optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
+    _set_lr(optimizer, config.lr, as_tensor=compile == "step")  # as pretrain passes it: a tensor for the compiled step
     augment = TwoViewAugment("cifar10", size=images.shape[-1])
     bank = MemoryBank(len(images), config.out_dim, config.bank_momentum, generator=torch.Generator().manual_seed(1)).to(device) \
         if negatives == "bank" else None
@@ -116,48 +131,75 @@ def time_case(images: torch.Tensor, batch: int, negatives: str, compile: str, st
         idx = order[(k % per_pass) * batch:(k % per_pass + 1) * batch]
         x = images[idx]
         aug, draws = view_draws(augment, x, generator, views)
-        step(net, optimizer, bank, x, idx, aug, draws, config, params, generator, part)
+        training_step_used(net, optimizer, bank, x, idx, aug, draws, config, params, generator, part)
+
+    training_step_used = step if compile == "step" else training_step  # looked up now: a test may wrap the module's name
 
     def sync() -> None:
         if device.type == "cuda": torch.cuda.synchronize(device)
         if world > 1: dist.barrier()
 
     if device.type == "cuda": torch.cuda.reset_peak_memory_stats(device)
-    with value_checks(False):  # as in pretrain: the indices are a permutation's, checked by construction
-        sync()
-        start = time.perf_counter()
-        for k in range(warmup): one(k)
-        sync()
-        warm_s = time.perf_counter() - start
-        start = time.perf_counter()
-        for k in range(warmup, warmup + steps): one(k)
-        sync()
-        seconds = time.perf_counter() - start
+    rates = []
+    try:
+        with value_checks(False):  # as in pretrain: the indices are a permutation's, checked by construction
+            sync()
+            start = time.perf_counter()
+            for k in range(warmup): one(k)
+            sync()
+            warm_s = time.perf_counter() - start
+            for r in range(repeats):
+                start = time.perf_counter()
+                for k in range(warmup + r * steps, warmup + (r + 1) * steps): one(k)
+                sync()
+                rates.append(steps * batch / (time.perf_counter() - start))
+    finally:
+        if compile != "off": torch._dynamo.reset()  # the next case compiles its own model from scratch
     peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
-    if compile != "off": torch._dynamo.reset()  # the next case compiles its own model from scratch
-    return dict(negatives=negatives, batch=batch, compile=compile, gpus=world, images_per_s=steps * batch / seconds,
-                ms_per_step=1e3 * seconds / steps, warmup_s=warm_s, peak_gib=peak)
+    median = statistics.median(rates)
+    return dict(negatives=negatives, batch=batch, compile=compile, gpus=world, loss=loss, images_per_s=median,
+                images_per_s_min=min(rates), images_per_s_max=max(rates), repeats=repeats, ms_per_step=1e3 * batch / median,
+                warmup_s=warm_s, peak_gib=peak, error=None)
 
 
-def markdown(rows: list[dict], machine: dict, args: argparse.Namespace, command: str) -> str:
+def failed_row(e: BaseException, batch: int, negatives: str, compile: str, loss: str, world: int) -> dict:
+    "The row of a case that failed: its setting and the error in one sentence."
+    first = (str(e).strip().splitlines() or [""])[0][:300]
+    return dict(negatives=negatives, batch=batch, compile=compile, gpus=world, loss=loss, error=f"{type(e).__name__}: {first}".rstrip(": "))
+
+
+def versions(device: torch.device) -> dict:
+    "torch, the CUDA it was built with, and cuDNN (on CUDA): what a reader needs to compare numbers across machines."
+    out = {"torch": torch.__version__, "CUDA (torch built with)": torch.version.cuda or "none (CPU build)"}
+    if device.type == "cuda": out["cuDNN"] = torch.backends.cudnn.version()
+    return out
+
+
+def markdown(rows: list[dict], machine: dict, args: argparse.Namespace, command: str, planned: int | None = None) -> str:
     "The results as a markdown page: the machine, the table, the anchors and how to read them."
     size = "toy size on the CPU: the numbers only show that the script works" if args.toy else "the full size"
     processes = f"{args.world} processes under torchrun, one per GPU" if args.world > 1 else "one process"
+    done = "" if planned is None or len(rows) >= planned else f" In progress: {len(rows)} of {planned} cases written so far."
     lines = [
         "# GPU benchmark: pretrain's training step, ResNet18 on CIFAR10-shaped data", "",
-        f"Written by `benchmarks/bench_gpu.py` on {datetime.date.today().isoformat()} ({size}; {processes}). Command: `{command}`.", "",
+        f"Written by `benchmarks/bench_gpu.py` on {datetime.date.today().isoformat()} ({size}; {processes}). Command: `{command}`.{done}", "",
         "Machine: " + ", ".join(f"{k} {v}" for k, v in machine.items()) + (f" (× {args.world})" if args.world > 1 else "") + ".", "",
+        "Versions: " + ", ".join(f"{k} {v}" for k, v in args.versions.items()) + ".", "",
         f"Data: {args.rows:,} random uint8 images of {args.image_shape}, on the device. The step: `ctl_explore.train.training_step`, "
         f"bf16 autocast for the encoder, the augmentation and the loss in float32, the value checks off (as in pretrain). "
-        f"Timed: {args.steps} steps after {args.warmup} untimed ones (compilation happens there). cudnn.benchmark: on "
+        f"Timed: {args.repeats} × {args.steps} steps after {args.warmup} untimed ones (compilation happens there); images/s is "
+        f"the median over the {args.repeats} timings, with their range. cudnn.benchmark: on "
         f"(as pretrain sets it on CUDA). The batch is the global batch; images/s count all processes together.", "",
-        "| negatives | batch | GPUs | torch.compile | images/s | ms per step | warm-up s | peak GPU memory GiB (per GPU) |",
-        "|---|---:|---:|---|---:|---:|---:|---:|",
+        "| negatives | batch | GPUs | torch.compile | loss | images/s (median) | range over repeats | ms per step | warm-up s | peak GPU memory GiB (per GPU) |",
+        "|---|---:|---:|---|---|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
+        if r.get("error"):
+            lines.append(f"| {r['negatives']} | {r['batch']} | {r['gpus']} | {r['compile']} | {r['loss']} | failed: {r['error'].replace('|', '/')} | | | | |")
+            continue
         peak = "" if r["peak_gib"] != r["peak_gib"] else f"{r['peak_gib']:.1f}"
-        lines.append(f"| {r['negatives']} | {r['batch']} | {r['gpus']} | {r['compile']} | {r['images_per_s']:,.0f} | "
-                     f"{r['ms_per_step']:.1f} | {r['warmup_s']:.1f} | {peak} |")
+        lines.append(f"| {r['negatives']} | {r['batch']} | {r['gpus']} | {r['compile']} | {r['loss']} | {r['images_per_s']:,.0f} | "
+                     f"{r['images_per_s_min']:,.0f}–{r['images_per_s_max']:,.0f} | {r['ms_per_step']:.1f} | {r['warmup_s']:.1f} | {peak} |")
     lines += ["", "## Published anchors", "", "| source | setting | images/s |", "|---|---|---:|"]
     lines += [f"| {source} | {setting} | {ips:,.0f} |" for source, setting, ips in ANCHORS]
     lines += ["",
@@ -165,8 +207,22 @@ def markdown(rows: list[dict], machine: dict, args: argparse.Namespace, command:
               "`bank` rows follow [WL21] (one view per image against the memory bank), so per image they do about half the "
               "network's work. lightly's figure is a whole run's wall time (with its evaluations and data loading), "
               "50,000 × 200 images / 97.7 min; dkobak's is a training throughput. Several GPUs: "
-              "`torchrun --standalone --nproc_per_node=N benchmarks/bench_gpu.py` writes its own page beside this one.", ""]
+              "`torchrun --standalone --nproc_per_node=N benchmarks/bench_gpu.py` writes its own page beside this one. "
+              "CUDA graphs are not used: no capture of the step is implemented, and torch.compile's mode=\"reduce-overhead\" "
+              "is not among the cases.", ""]
     return "\n".join(lines)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    "Write `text` to `path` through a temporary file of this writer's own and a rename: a reader finds the old page or the new one."
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f: f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def main(argv=None) -> list[dict]:
@@ -182,28 +238,35 @@ def main(argv=None) -> list[dict]:
         args.image_shape = f"3 × {side} × {side}"
         images = torch.randint(0, 256, (args.rows, 3, side, side), dtype=torch.uint8,
                                generator=torch.Generator().manual_seed(0)).to(device)
-        machine = device_summary(device)
+        machine, args.versions = device_summary(device), versions(device)
         say = print if rank == 0 else (lambda *a, **k: None)
         say("machine: " + ", ".join(f"{k} {v}" for k, v in machine.items()) + (f", {args.world} processes" if args.world > 1 else ""))
+        given = sys.argv[1:] if argv is None else argv
+        launcher = f"torchrun --standalone --nproc_per_node={args.world} " if args.world > 1 else "python "
+        command = launcher + "benchmarks/bench_gpu.py" + ("" if not given else " " + " ".join(given))
+        cases = [(n, b, c, l) for n in args.negatives for b in args.batch for c in args.compile for l in args.loss]
         rows = []
-        for negatives in args.negatives:
-            for batch in args.batch:
-                for compile in args.compile:
-                    r = time_case(images, batch, negatives, compile, args.steps, args.warmup, device)
-                    say(f"  negatives {negatives:<5} batch {batch:>4} GPUs {args.world} compile {compile:<7}  "
-                        f"{r['images_per_s']:>9,.0f} images/s  {r['ms_per_step']:7.1f} ms/step", flush=True)
+        for negatives, batch, compile, loss in cases:
+            try:
+                r = time_case(images, batch, negatives, compile, args.steps, args.warmup, device, loss, args.repeats)
+                say(f"  negatives {negatives:<5} batch {batch:>4} GPUs {args.world} compile {compile:<7} loss {loss:<16} "
+                    f"{r['images_per_s']:>9,.0f} images/s (range {r['images_per_s_min']:,.0f}–{r['images_per_s_max']:,.0f})  "
+                    f"{r['ms_per_step']:7.1f} ms/step", flush=True)
+            except Exception as e:  # this case's failure is its row; the others go on (under torchrun: the rows so far are kept)
+                r = failed_row(e, batch, negatives, compile, loss, args.world)
+                say(f"  negatives {negatives:<5} batch {batch:>4} GPUs {args.world} compile {compile:<7} loss {loss:<16} failed: {r['error']}", flush=True)
+                if device.type == "cuda": torch.cuda.empty_cache()
+                if args.world > 1:
                     rows.append(r)
-        if args.out is not None and rank == 0:
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            given = sys.argv[1:] if argv is None else argv
-            launcher = f"torchrun --standalone --nproc_per_node={args.world} " if args.world > 1 else "python "
-            command = launcher + "benchmarks/bench_gpu.py" + ("" if not given else " " + " ".join(given))
-            args.out.write_text(markdown(rows, machine, args, command))
-            say(f"wrote {args.out}")
+                    if args.out is not None and rank == 0: write_atomic(args.out, markdown(rows, machine, args, command, len(cases)))
+                    raise
+            rows.append(r)
+            if args.out is not None and rank == 0: write_atomic(args.out, markdown(rows, machine, args, command, len(cases)))
+        if args.out is not None and rank == 0: say(f"wrote {args.out}")
         return rows
     finally:
         if started: dist.destroy_process_group()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(1 if any(r.get("error") for r in main()) else 0)

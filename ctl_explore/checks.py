@@ -271,6 +271,15 @@ class _FunctionCounter(TorchFunctionMode):
 
 @contextmanager
 def count_host_syncs(trace: bool = False):
-    "Count, in a `HostSyncs`, the operations of the block that would make the host wait for a GPU (value reads, value-dependent shapes, host copies)."
+    """Count, in a `HostSyncs`, the operations of the block that would make the host wait for a GPU (value reads, value-dependent shapes, host copies).
+
+    It sees the aten operators the dispatcher runs (and `tolist`), judged by their names and arguments, on any device. It
+    does not see, and so never counts: a sync inside a C++ kernel that reads a value to size its output or to choose a path
+    (`multinomial` without replacement, `bincount`, `histc`, `nonzero` called from inside another operator, cuDNN's
+    algorithm search); `torch.cuda.synchronize`, `Stream.synchronize`, `Event.synchronize` and `Event.elapsed_time`;
+    collectives and barriers of torch.distributed (an NCCL all-reduce queues on the stream, a `barrier` or a gloo
+    collective blocks the host); device-to-device copies between GPUs, and pinned or non-blocking copies, which it counts
+    as free. A count of 0 therefore means no Python-visible read or copy, not a proof that the host never waits: time the
+    GPU (benchmarks/bench_gpu.py) or use the CUDA profiler for the rest."""
     syncs = HostSyncs(check_bool("trace", trace))
     with _FunctionCounter(syncs), _DispatchCounter(syncs): yield syncs

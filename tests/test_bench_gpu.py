@@ -106,3 +106,76 @@ def test_two_processes_under_torchrun(tmp_path):
     text = out.read_text()
     assert "2 processes under torchrun" in text and "| bank | 4 | 2 | off |" in text
     assert "torchrun --standalone --nproc_per_node=2 benchmarks/bench_gpu.py" in text
+
+
+# ---------------------------------------------------------------- issue 24: rows as they finish, failures as rows, the hard loss, spread
+
+def test_a_failing_case_leaves_the_others_rows_and_every_row_is_written_as_it_finishes(bench, tmp_path, monkeypatch):
+    out = tmp_path / "gpu.md"
+    real, seen = bench.time_case, []
+    def case(images, batch, negatives, compile, *args):
+        seen.append(out.read_text() if out.exists() else "")  # what the page held when this case started
+        if negatives == "batch" and batch == 4: raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore details")
+        return real(images, batch, negatives, compile, *args)
+    monkeypatch.setattr(bench, "time_case", case)
+    rows = bench.main(["--device", "cpu", "--tiny", "--rows", "32", "--batch", "4", "8", "--steps", "1", "--warmup", "0",
+                       "--repeats", "2", "--out", str(out)])
+    assert [(r["negatives"], r["batch"], r["error"] is None) for r in rows] == [
+        ("bank", 4, True), ("bank", 8, True), ("batch", 4, False), ("batch", 8, True)]
+    assert rows[2]["error"] == "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    # each case found the rows of the cases before it on the page already
+    assert seen[0] == "" and seen[1].count("| bank | 4 |") == 1 and "In progress: 1 of 4" in seen[1]
+    assert "| batch | 4 | 1 | off | contrastive | failed: RuntimeError: CUDA out of memory" in seen[3]
+    text = out.read_text()
+    lines = text.splitlines()
+    assert "In progress" not in text and sum(l.startswith("| bank |") for l in lines) == 2 and sum(l.startswith("| batch |") for l in lines) == 2
+    assert not [p for p in tmp_path.iterdir() if p.suffix == ".tmp"]
+    for r in rows:
+        if r["error"] is None: assert r["images_per_s_min"] <= r["images_per_s"] <= r["images_per_s_max"] and r["repeats"] == 2
+
+
+def test_the_script_exits_1_when_a_case_failed(tmp_path):
+    # the script as a GPU owner runs it, with the hard loss's step made to fail (as an out-of-memory error would)
+    script = tmp_path / "failing_bench.py"
+    script.write_text(f"""
+import runpy, sys
+import ctl_explore.train as train
+original = train.training_step
+def step(*args):
+    if args[7].loss == "hard_contrastive": raise MemoryError("no room for the hard loss")
+    return original(*args)
+train.training_step = step
+sys.argv = [{str(BENCH)!r}] + sys.argv[1:]
+runpy.run_path({str(BENCH)!r}, run_name="__main__")
+""")
+    out = tmp_path / "gpu.md"
+    run = subprocess.run([sys.executable, str(script), "--device", "cpu", "--tiny", "--rows", "16", "--batch", "4", "--steps", "1",
+                          "--warmup", "0", "--negatives", "bank", "--loss", "contrastive", "hard_contrastive", "--out", str(out)],
+                         env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1, run.stderr[-2000:]
+    text = out.read_text()
+    assert "| bank | 4 | 1 | off | contrastive | " in text and "failed" not in text.split("| contrastive |")[1].split("\n")[0]
+    assert "| bank | 4 | 1 | off | hard_contrastive | failed: MemoryError: no room for the hard loss |" in text
+
+
+def test_the_hard_loss_is_timed_and_the_page_names_the_versions(bench, tmp_path):
+    out = tmp_path / "gpu.md"
+    rows = bench.main(["--device", "cpu", "--tiny", "--rows", "32", "--batch", "8", "--steps", "1", "--warmup", "1",
+                       "--repeats", "3", "--negatives", "bank", "--loss", "contrastive", "hard_contrastive", "--out", str(out)])
+    assert [r["loss"] for r in rows] == ["contrastive", "hard_contrastive"] and all(r["error"] is None for r in rows)
+    assert all(r["repeats"] == 3 and r["images_per_s_min"] <= r["images_per_s"] <= r["images_per_s_max"] for r in rows)
+    text = out.read_text()
+    import torch
+    assert f"torch {torch.__version__}" in text and "CUDA (torch built with)" in text and "median" in text and "range" in text
+    assert "| bank | 8 | 1 | off | hard_contrastive |" in text and "CUDA graphs are not used" in text
+
+
+def test_full_size_repeats_and_both_losses_and_no_compile_under_torchrun(bench, capsys, monkeypatch):
+    monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: True)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    args = bench.parse_args([])
+    assert args.repeats == 5 and args.loss == ["contrastive", "hard_contrastive"]
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert bench.parse_args([]).compile == ["off"]
+    with pytest.raises(SystemExit): bench.parse_args(["--compile", "step"])
+    assert "pretrain refuses torch.compile with several processes" in capsys.readouterr().err

@@ -261,3 +261,21 @@ def test_host_copies_are_counted_by_direction():
     assert _sync_of(aten._to_copy.default, (cpu,), {"dtype": torch.float64}) is None            # same device: no copy across
     assert _sync_of(aten._to_copy.default, (cpu,), {"device": torch.device("meta")}) is None     # meta tensors hold no data
     assert _sync_of(aten.add.Tensor, (cpu, cpu), {}) is None
+
+
+def test_the_sync_counters_blind_spots_are_the_ones_its_docstring_names():
+    # issue 24: syncs inside C++ kernels are not seen (on CUDA each of these waits for the GPU to size its output)
+    from ctl_explore.checks import count_host_syncs
+    x, idx = torch.rand(16), torch.arange(5) % 3
+    with count_host_syncs() as syncs:
+        torch.multinomial(x, 4, replacement=False)
+        torch.bincount(idx)
+        torch.histc(x, bins=4)
+    assert syncs.total == 0, syncs
+    with count_host_syncs() as seen:  # what it does see: a boolean mask, a read, a shape from values
+        x[x > 0.5]; x.sum().item(); x.nonzero()
+    assert seen.total == 3, seen
+    doc = count_host_syncs.__doc__
+    for name in ("multinomial", "bincount", "histc", "nonzero", "torch.cuda.synchronize", "Event", "barrier", "collectives",
+                 "device-to-device copies"):
+        assert name in doc, name
