@@ -412,7 +412,12 @@ def claim_study_folder(out_dir: str | Path, preset: str | StudyPreset) -> Path:
     if out.exists() and not out.is_dir(): raise StudyError(f"{out} is a file, not a folder: give the study another folder (--out)")
     if marker.is_symlink() or (marker.exists() and not marker.is_file()):
         raise StudyError(f"{marker} is not a regular file, so {out} is not a study folder of this package: give the study another folder (--out)")
-    if marker.is_file(): return out
+    if marker.is_file():
+        try: ours = json.loads(marker.read_text()).get("written_by") == "ctl_explore study"
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError): ours = False
+        if not ours: raise StudyError(f"{marker} is not a study's marker (this package did not write it), so {out} is not a study folder "
+                                      "of this package: give the study another folder (--out), or move that file away")
+        return out
     try: out.mkdir(parents=True, exist_ok=True)
     except OSError as e: raise StudyError(f"cannot create the study folder {out} ({e.strerror or e}): give the study another folder (--out)") from None
     entries = sorted(e.name for e in os.scandir(out))

@@ -129,6 +129,31 @@ def test_an_edited_checkpoint_is_refused_and_the_other_runs_finish(tiny, tmp_pat
     assert _strip(written[1:]) == _strip(rows[1:])
 
 
+def test_edited_metrics_and_config_are_not_served(tiny, tmp_path):
+    "metrics.jsonl and config.json are copies of what the checkpoint holds: an edit changes no row, and a run measured again rewrites them."
+    copy, rows = _copy(tiny, tmp_path)
+    run = copy / "runs" / rows[0]["run"]
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])
+    (run / "metrics.jsonl").write_text("\n".join([json.dumps({**first, "uniformity": first["uniformity"] - 0.1})] + lines[1:]) + "\n")
+    config = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**config, "tau": 0.7}))
+    assert run_study(TINY, copy, quiet=True, workers=1) == rows  # served from result.json, checked against the checkpoint
+    path = run / "result.json"
+    path.write_text(_digit_edit(path.read_text(), json.loads(path.read_text())))
+    with pytest.warns(UserWarning, match="does not match its checksum"):
+        assert _strip(run_study(TINY, copy, quiet=True, workers=1)) == _strip(rows)
+    assert (run / "metrics.jsonl").read_text().splitlines() == lines and json.loads((run / "config.json").read_text()) == config
+
+
+def test_a_marker_the_package_did_not_write_is_refused(tiny, tmp_path):
+    copy, _ = _copy(tiny, tmp_path)
+    for text in ("", "not json", '{"written_by": "someone else"}', "[]"):
+        (copy / STUDY_MARKER).write_text(text)
+        with pytest.raises(StudyError, match="is not a study's marker"):
+            run_study(TINY, copy, quiet=True, workers=1)
+
+
 def test_gather_counts_an_edited_row_as_missing_with_a_warning(tiny, tmp_path):
     copy, rows = _copy(tiny, tmp_path)
     path = copy / "runs" / rows[1]["run"] / "result.json"
