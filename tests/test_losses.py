@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import re
 from fractions import Fraction
 
 import numpy as np
@@ -648,3 +649,35 @@ def test_dot_products_in_float32_inside_autocast_both_passes():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert (a @ b.T).dtype == torch.bfloat16 and dot_products(a.double(), b.double()).dtype == torch.float64
     assert dot_products(a.bfloat16(), b.bfloat16()).dtype == torch.bfloat16  # outside autocast: the inputs' dtype, as @
+
+
+# ============================================================ a temperature too small for the dtype (issue 24's message)
+
+@pytest.mark.parametrize("dtype, smallest", [(torch.float32, "5.88e-39"), (torch.bfloat16, "5.9e-39"), (torch.float16, "3.05e-05")])
+@pytest.mark.parametrize("name", ["contrastive", "hard_contrastive"])
+def test_a_tau_below_the_dtype_range_is_refused_with_the_smallest_safe_value(name, dtype, smallest):
+    pos, neg = torch.tensor([0.9, 0.5], dtype=dtype), torch.tensor([[0.1, 0.3, -0.2], [0.8, 0.0, 0.2]], dtype=dtype)
+    tiny = 1e-40 if dtype != torch.float16 else 1e-5
+    with pytest.raises(ValueError, match=rf"tau must be at least {re.escape(smallest)} for {str(dtype)[6:]} similarities"):
+        LOSSES[name](pos, neg, tiny)
+    assert torch.isfinite(LOSSES[name](pos, neg, float(smallest) * 1.01))  # just above it the loss is a number
+
+
+def test_the_tau_check_reads_no_value_when_checks_are_off_and_measures_large_similarities_when_on():
+    from ctl_explore.checks import count_host_syncs, value_checks
+    from ctl_explore.losses import check_temperature
+    pos, neg = torch.tensor([0.9, 0.5]), torch.tensor([[0.1, 0.3, -0.2], [0.8, 0.0, 0.2]])
+    with value_checks(False), count_host_syncs() as syncs:
+        with pytest.raises(ValueError, match="tau must be at least"): check_temperature(1e-40, pos, neg)
+        assert check_temperature(1e-9, pos * 1e30, neg) == 1e-9  # unmeasured with the checks off: the dtype's bound only
+    assert syncs.total == 0
+    with pytest.raises(ValueError, match=r"of size up to 9e\+29"): check_temperature(1e-9, pos * 1e30, neg)
+    with pytest.raises(ValueError, match="tau must be a finite number > 0"): check_temperature(0.0, pos, neg)
+    assert check_temperature(1e-40, pos.double(), neg.double()) == 1e-40  # float64 reaches far lower
+
+
+def test_relative_penalty_and_loss_gradients_refuse_a_tau_below_the_dtype_range():
+    from ctl_explore.gradients import loss_gradients, relative_penalty
+    pos, neg = torch.tensor([0.9, 0.5]), torch.tensor([[0.1, 0.3, -0.2], [0.8, 0.0, 0.2]])
+    for call in (lambda: relative_penalty(neg, 1e-40), lambda: loss_gradients(pos, neg, 1e-40)):
+        with pytest.raises(ValueError, match="tau must be at least 5.88e-39"): call()

@@ -335,3 +335,36 @@ def test_plain_bank_loss_computes_in_float32_inside_autocast():
             a = q.clone().requires_grad_()
             F.cross_entropy((a @ bank.features.T) / 0.05, idx).backward()
         assert (a.grad - rg).abs().max() > 1e-4
+
+
+# ------------------------------------------------------------ non-finite features and tiny temperatures (issue 24's messages)
+
+def test_update_refuses_non_finite_features_and_leaves_the_bank_as_it_was():
+    bank = _bank()
+    before = bank.features.clone()
+    for bad in (float("nan"), float("inf")):
+        z = _queries(2, 6)
+        z[1, 3] = bad
+        with pytest.raises(ValueError, match=r"z must hold finite features .* but 1 of its 12 entries are NaN or infinite"):
+            bank.update(torch.tensor([4, 5]), z)
+    assert torch.equal(bank.features, before)
+
+
+def test_update_non_finite_check_follows_the_value_check_switch():
+    from ctl_explore.checks import count_host_syncs, value_checks
+    bank = _bank()
+    z = _queries(2, 6)
+    z[0, 0] = float("nan")
+    idx = torch.tensor([4, 5])
+    with value_checks(False), count_host_syncs() as syncs:
+        bank.update(idx, z)  # the hot path reads nothing: the check is off, as the switch says
+    assert syncs.total == 0
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_bank_loss_refuses_a_tau_below_the_dtype_range(fast):
+    bank = _bank()
+    with pytest.raises(ValueError, match="tau must be at least 5.88e-39 for float32"):
+        bank.loss(_queries(2, 6), torch.tensor([1, 2]), "contrastive", fast=fast, tau=1e-40)
+    with pytest.raises(ValueError, match="tau must be at least 5.88e-39 for float32"):
+        bank_contrastive_loss(_queries(2, 6), bank.features, torch.tensor([1, 2]), 1e-40)
