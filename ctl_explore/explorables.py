@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from functools import lru_cache
 
 import numpy as np
+import plotly.graph_objects as go
 import torch
 
 from .checks import check_in_range, check_int
@@ -23,8 +24,9 @@ from .metrics import sphere_uniformity_limit, tolerance, uniformity
 
 # %% auto #0
 __all__ = ['EXPLORABLE_KINDS', 'FALLBACK_NOTE', 'EXPLORABLES_JS', 'REPLAY_TAUS', 'TAU_FREE', 'FRAME_SCALE', 'EXPLORABLES_CSS',
-           'EXPLORABLES_PAGE', 'negative_draws', 'explorer_spec', 'explorable_html', 'Explorable', 'replay_run',
-           'playground_spec', 'explorable_for_widget', 'explorables_page']
+           'EXPLORABLES_PAGE', 'STUDY_RESULTS', 'RANDBIT_RESULTS', 'negative_draws', 'explorer_spec', 'explorable_html',
+           'Explorable', 'replay_run', 'playground_spec', 'explorable_for_widget', 'figure_stepper', 'study_stepper',
+           'randbit_stepper', 'explorables_page']
 
 # %% ../nbs/92_static_explorables.ipynb #x009
 def negative_draws(
@@ -54,9 +56,22 @@ def _draws(source: str, seed: int) -> tuple[float, tuple[float, ...]]:
     pos, draws = negative_draws(source, seed)
     return pos, tuple(draws)
 
+def _plain(obj):
+    "`obj` with plotly's typed arrays ({'dtype', 'bdata', 'shape'}) as plain lists, so the page holds numbers as numbers."
+    if isinstance(obj, dict):
+        if "bdata" in obj and "dtype" in obj:
+            a = np.frombuffer(base64.b64decode(obj["bdata"]), dtype=np.dtype(obj["dtype"]))
+            shape = obj.get("shape")
+            if shape: a = a.reshape([int(n) for n in str(shape).split(",")] if isinstance(shape, str) else shape)
+            return a.tolist()
+        return {k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)): return [_plain(v) for v in obj]
+    if isinstance(obj, np.ndarray): return obj.tolist()
+    return obj
+
 def _figure_dicts(*figures) -> tuple[dict, list[dict]]:
-    "Plotly's template (the same for all of `figures`) and each figure's dict without it."
-    dicts = [f.to_dict() for f in figures]
+    "Plotly's template (the same for all of `figures`) and each figure's dict without it, its arrays as plain lists."
+    dicts = [_plain(f.to_dict()) for f in figures]
     template = dicts[0]["layout"].pop("template", {})
     for d in dicts[1:]: d["layout"].pop("template", None)
     return template, dicts
@@ -88,14 +103,14 @@ def explorer_spec(
                 template=template, figures=dict(zip(("penalty", "entropy", "loss", "gradient"), figures)))
 
 # %% ../nbs/92_static_explorables.ipynb #x015
-EXPLORABLE_KINDS = ("temperature-explorer", "hypersphere-replay")
+EXPLORABLE_KINDS = ("temperature-explorer", "hypersphere-replay", "figure-stepper")
 FALLBACK_NOTE = ('<p class="ctl-x-fallback">An explorable of the course\'s static site: on a page of the site its controls '
                  'move its plots with no kernel. In JupyterLab, lesson 02 has the widget it mirrors.</p>')
 
 def explorable_html(spec: dict) -> str:
     "The div that the site's assets/explorables.js turns into the explorable `spec`."
     if not isinstance(spec, dict) or spec.get("kind") not in EXPLORABLE_KINDS:
-        raise ValueError(f"spec must be a dict made by explorer_spec or playground_spec (kind one of {EXPLORABLE_KINDS})")
+        raise ValueError(f"spec must be a dict made by explorer_spec, playground_spec or figure_stepper (kind one of {EXPLORABLE_KINDS})")
     text = json.dumps(spec, allow_nan=False, separators=(",", ":"))
     text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     return (f'<div class="ctl-explorable" data-ctl-explorable="{spec["kind"]}">'
@@ -443,7 +458,36 @@ EXPLORABLES_JS = r"""// The site's explorables, drawn with the local plotly.js a
     })).then(function () { s.shown = (s.shown || 0) + 1; });
   };
 
-  var kinds = {"temperature-explorer": function (host, spec) { var x = new TemperatureExplorer(host, spec); return x.update("init"); },
+  // ---- a stepper: figures the library drew for every combination of a few discrete controls ---------------------
+  function Stepper(host, spec) {
+    var self = this, s = {choice: spec.controls.map(function (c) { return c.index; })};
+    this.host = host; this.spec = spec; this.state = s;
+    host.ctlState = s; host.ctlExplorable = this;
+    var panel = el("div", {"class": "ctl-x-controls"}, host);
+    this.selects = spec.controls.map(function (c, i) {
+      var row = el("label", {"class": "ctl-x-control"}, panel);
+      el("span", {"class": "ctl-x-desc"}, row, c.label);
+      var select = el("select", {"data-ctl-control": c.name}, row);
+      c.options.forEach(function (label, j) { var o = el("option", {value: String(j)}, select, label); if (j === c.index) o.selected = true; });
+      select.addEventListener("change", function () { s.choice[i] = +select.value; self.show(); });
+      return select;
+    });
+    this.note = el("div", {"class": "ctl-x-readout"}, host);
+    var grid = el("div", {"class": "ctl-x-figures ctl-x-wide"}, host);
+    this.divs = spec.figure_names.map(function (name) { return el("div", {"class": "ctl-x-plot", "data-ctl-plot": name}, grid); });
+  }
+  Stepper.prototype.show = function () {
+    var self = this, s = this.state, key = s.choice.join("-"), shown = this.spec.states[key];
+    s.key = key;
+    this.note.innerHTML = shown.note || "";
+    return Promise.all(shown.figures.map(function (f, i) {
+      var fig = copy(f); fig.layout.template = self.spec.template;
+      return Plotly.react(self.divs[i], fig.data, fig.layout, {displaylogo: false, responsive: true});
+    })).then(function () { s.shown = (s.shown || 0) + 1; });
+  };
+
+  var kinds = {"figure-stepper": function (host, spec) { return new Stepper(host, spec).show(); },
+               "temperature-explorer": function (host, spec) { var x = new TemperatureExplorer(host, spec); return x.update("init"); },
                "hypersphere-replay": function (host, spec) { return new Replay(host, spec).show(); }};
   window.ctlExplorables = {
     math: M,
@@ -572,6 +616,73 @@ def explorable_for_widget(w) -> Explorable | None:
     return None
 
 # %% ../nbs/92_static_explorables.ipynb #x033
+def figure_stepper(
+    controls: dict,         # name → (label, [(option label, value), ...], index of the option shown first)
+    draw,                   # draw(**values) → (list of plotly figures, a note in HTML)
+    figure_names: tuple = (),  # a name for each figure's div (default: figure0, figure1, ...)
+    max_states: int = 200,  # most combinations accepted
+) -> dict:
+    "An explorable that shows, for each combination of the controls' options, the figures `draw` made for it at build time."
+    import itertools
+    if not controls: raise ValueError("controls must name at least one control")
+    sizes = [len(options) for _, options, _ in controls.values()]
+    if min(sizes) < 1: raise ValueError("every control needs at least one option")
+    if math.prod(sizes) > max_states: raise ValueError(f"{math.prod(sizes)} combinations of the controls, more than max_states={max_states}")
+    states, template = {}, {}
+    for choice in itertools.product(*(range(n) for n in sizes)):
+        values = {name: options[i][1] for (name, (_, options, _)), i in zip(controls.items(), choice)}
+        figures, note = draw(**values)
+        template, dicts = _figure_dicts(*figures)
+        states["-".join(map(str, choice))] = dict(figures=dicts, note=note)
+    n_figures = len(next(iter(states.values()))["figures"])
+    return dict(kind="figure-stepper", template=template, states=states,
+                figure_names=list(figure_names) or [f"figure{i}" for i in range(n_figures)],
+                controls=[dict(name=name, label=label, options=[str(o[0]) for o in options], index=index)
+                          for name, (label, options, index) in controls.items()])
+
+# %% ../nbs/92_static_explorables.ipynb #x036
+def _profile_figure(cell: list[dict], title: str) -> go.Figure:
+    "Fig 8 of [WL21] for one cell of a study: each seed's positive similarity and its 10 nearest negatives, by rank."
+    import plotly.graph_objects as go
+    fig = go.Figure(layout=dict(width=460, height=380, title=dict(text=title, font_size=14), margin=dict(l=55, r=20, t=45, b=45),
+                                xaxis=dict(title="rank (0: the positive, then the nearest negatives)", dtick=1),
+                                yaxis=dict(title="cosine similarity", range=[-0.05, 1.05])))
+    for r in sorted(cell, key=lambda r: r["seed"]):
+        fig.add_scatter(x=list(range(11)), y=[r["pos_similarity"], *r["top10_negatives"]], mode="lines+markers", name=f"seed {r['seed']}")
+    return fig
+
+def study_stepper(rows: list[dict]) -> dict:
+    "Lesson 09's study one (loss, τ) at a time: `trajectory_figure` of that cell's runs and their similarity profile, with its numbers."
+    from ctl_explore.study import trajectory_figure
+    rows = [r for r in rows if not r.get("failed")]
+    if not rows: raise ValueError("rows must hold at least one run that did not fail")
+    losses = [l for l in LOSSES if any(r["loss"] == l for r in rows)]
+    taus = sorted({r["tau"] for r in rows if r["tau"] is not None})
+    def draw(loss, tau):
+        cell = [r for r in rows if r["loss"] == loss and (loss in TAU_FREE or r["tau"] == tau)]
+        label = LOSSES[loss] + ("" if loss in TAU_FREE else f", τ = {tau:g}")
+        if not cell: return [go.Figure(), go.Figure()], f"<b>{label}</b>: no run in this study"
+        mean = lambda key: sum(r[key] for r in cell) / len(cell)
+        spread = lambda key: max(r[key] for r in cell) - min(r[key] for r in cell)
+        note = (f"<b>{label}</b>: {len(cell)} runs; linear accuracy {mean('linear_top1'):.3f} (seeds within {spread('linear_top1'):.3f}), "
+                f"uniformity {mean('uniformity'):.3f}, tolerance {mean('tolerance'):.3f}"
+                + ("" if loss not in TAU_FREE else " (this loss has no τ: the same runs at every τ)"))
+        return [trajectory_figure(cell), _profile_figure(cell, f"{label}: the positive and the 10 nearest negatives")], note
+    index = taus.index(0.2) if 0.2 in taus else 0
+    return figure_stepper({"loss": ("loss", [(LOSSES[l], l) for l in losses], 0),
+                           "tau": ("τ", [(f"{t:g}", t) for t in taus], index)}, draw, ("trajectory", "profile"))
+
+def randbit_stepper(rows: list[dict]) -> dict:
+    "Lesson 12's RandBit grid one τ at a time, drawn by `randbit_figure` with [CLL20]'s reference."
+    from ctl_explore.suppression import randbit_figure
+    taus = sorted({r["tau"] for r in rows})
+    if not taus: raise ValueError("rows must hold at least one RandBit run")
+    def draw(tau):
+        mine = [r for r in rows if r["tau"] == tau]
+        return [randbit_figure(mine)], f"τ = {tau:g}: {len(mine)} runs, k = {', '.join(str(r['k']) for r in sorted(mine, key=lambda r: r['k']))}"
+    return figure_stepper({"tau": ("τ", [(f"{t:g}", t) for t in taus], 0)}, draw, ("randbit",))
+
+# %% ../nbs/92_static_explorables.ipynb #x039
 EXPLORABLES_CSS = """
 .ctl-explorable { margin: 0.4em 0; }
 .ctl-x-controls { display: flex; flex-wrap: wrap; gap: 0.3em 2.5em; margin: 0.3em 0; }
@@ -583,18 +694,49 @@ EXPLORABLES_CSS = """
 .ctl-x-readout { font-size: 13px; line-height: 1.5; margin: 0.4em 0; min-height: 3em; }
 .ctl-x-refused { color: #b00020; }
 .ctl-x-figures { display: grid; grid-template-columns: repeat(auto-fill, minmax(460px, 1fr)); gap: 0.5em; }
+.ctl-x-figures.ctl-x-wide { grid-template-columns: 1fr; }
 .ctl-x-taus button.ctl-x-on { font-weight: bold; background: #dbe8f6; }
 .ctl-x-fallback { font-style: italic; color: #555; }
 """
 
 EXPLORABLES_PAGE = "explorables.html"
 
+STUDY_RESULTS = "study-digits/results.json"         # lesson 09's shipped study, under data/
+RANDBIT_RESULTS = "suppression/randbit-digits.json" # lesson 12's shipped RandBit grid, under data/
+
+@lru_cache(maxsize=4)
+def _sections(data_dir: str, stamps: tuple) -> str:
+    return _results_sections(data_dir, cached=False)
+
+def _results_sections(data_dir, cached: bool = True) -> str:
+    "The page's sections for lessons 09 and 12's shipped results found in `data_dir` ('' for those missing; cached while the files are unchanged)."
+    from pathlib import Path
+    if data_dir is None: return ""
+    if cached:
+        files = [Path(data_dir) / f for f in (STUDY_RESULTS, RANDBIT_RESULTS)]
+        return _sections(str(Path(data_dir).resolve()), tuple(f.stat().st_mtime_ns if f.is_file() else None for f in files))
+    parts, data_dir = [], Path(data_dir)
+    if (data_dir / STUDY_RESULTS).is_file():
+        rows = json.loads((data_dir / STUDY_RESULTS).read_text())
+        parts.append(f"""<h2 id="study">Lesson 09's study, one loss and τ at a time</h2>
+<p>The {len(rows)} runs shipped with the course (<code>data/{STUDY_RESULTS}</code>): pick a loss and a temperature to see
+that cell's runs alone, how they converged and the similarity profile they ended with ([WL21] Fig 8).</p>
+{explorable_html(study_stepper(rows))}""")
+    if (data_dir / RANDBIT_RESULTS).is_file():
+        rows = json.loads((data_dir / RANDBIT_RESULTS).read_text())["rows"]
+        parts.append(f"""<h2 id="randbit">Lesson 12's RandBit grid, one τ at a time</h2>
+<p>The {len(rows)} runs shipped with the course (<code>data/{RANDBIT_RESULTS}</code>), drawn as lesson 12 draws them,
+with [CLL20]'s MNIST reference.</p>
+{explorable_html(randbit_stepper(rows))}""")
+    return "\n".join(parts)
+
 def explorables_page(
     nav: str = "",             # the site's navigation bar (HTML), shown above and below
     explorer: dict | None = None,  # an `explorer_spec`; None: the default one
     playground: dict | None = None, # a `playground_spec`; None: the default one
+    data_dir=None,             # the project's data/ folder: lessons 09 and 12's shipped results found there are added
 ) -> str:
-    "The site's page with both explorables on their own: a complete HTML document that loads the site's assets."
+    "The site's page with the explorables on their own: a complete HTML document that loads the site's assets."
     explorer, playground = explorer or explorer_spec(), playground or playground_spec()
     body = f"""<h1>Explorables: the temperature explorer and the hypersphere playground</h1>
 <p>Lesson 02's two widgets, working in this page with no Python behind them. The explorer computes everything it
@@ -607,7 +749,8 @@ built: play them, scrub the step, switch τ or the loss.</p>
 <p>{playground["settings"]["n_classes"] * playground["settings"]["per_class"]} points of
 {playground["settings"]["n_classes"]} classes, {playground["settings"]["steps"]} steps from the same clusters with the
 same augmentations for every run; the points are shown every {playground["settings"]["every"]} steps.</p>
-{explorable_html(playground)}"""
+{explorable_html(playground)}
+{_results_sections(data_dir)}"""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>Explorables · ctl_explore</title>

@@ -501,11 +501,11 @@ def _build_page(path: Path, flags, timeout: int, out: Path, order, i: int, foote
     return {"notebook": path.name, "page": f"{path.stem}.html", "title": order[i][1], **counts,
             "seconds": round(result["seconds"], 1)}
 
-def _build_explorables(out: Path, nav: str) -> dict:
-    "In a worker process: the page of lesson 02's explorables (its replays run here), written into `out`."
+def _build_explorables(out: Path, nav: str, data_dir: Path | None = None) -> dict:
+    "In a worker process: the explorables' page (lesson 02's, with its replays run here, and lessons 09 and 12's shipped results from `data_dir`)."
     from ctl_explore.explorables import EXPLORABLES_PAGE, explorables_page
     start = time.monotonic()
-    (Path(out) / EXPLORABLES_PAGE).write_text(explorables_page(nav), encoding="utf-8")
+    (Path(out) / EXPLORABLES_PAGE).write_text(explorables_page(nav, data_dir=data_dir), encoding="utf-8")
     return {"page": EXPLORABLES_PAGE, "title": "Explorables", "seconds": round(time.monotonic() - start, 1)}
 
 def failed_page(title: str, message: str, nav: str = "") -> str:
@@ -528,7 +528,8 @@ def _only(only: str) -> re.Pattern:
     except re.error as e: raise SiteError(f"--only {only!r} is not a valid regular expression: {e}") from None
 
 EXPLORABLES_LINK = ('<p class="ctl-explorables-link"><a href="explorables.html">Explorables</a>: lesson 02\'s temperature '
-                    'explorer and hypersphere playground, working in the page with no Python behind them.</p>')
+                    'explorer and hypersphere playground, and lessons 09 and 12\'s shipped results one setting at a time, '
+                    'working in the page with no Python behind them.</p>')
 
 def build_site(out: str | Path = "_site", nbs: str | Path | None = None, jobs: int = 2, only: str | None = None,
                progress: bool = True, explorables: bool = True) -> Path:
@@ -561,7 +562,7 @@ def build_site(out: str | Path = "_site", nbs: str | Path | None = None, jobs: i
         futures = {pool.submit(_build_page, p, flags, timeout, out, order, i, toc if p.stem == "index" else ""): p
                    for i, p in enumerate(notebooks)}
         index_nav = '<nav class="ctl-nav"><span></span><a href="index.html">Course index</a><span></span></nav>'
-        if explorables: futures[pool.submit(_build_explorables, out, index_nav)] = "explorables"
+        if explorables: futures[pool.submit(_build_explorables, out, index_nav, root / "data")] = "explorables"
         for fut in as_completed(futures):
             p = futures[fut]
             name = "explorables.html" if p == "explorables" else p.name

@@ -355,14 +355,6 @@ def test_replay_plays_to_the_end(page):
     _check_replay(page.locator(REPLAY).first.evaluate(READ_REPLAY))
 
 
-def test_nothing_went_wrong_on_the_page(page):
-    "Over every test above: no console error, no page error, no request outside file://."
-    assert not page.seen["network"], f"requests beyond file://: {page.seen['network'][:5]}"
-    assert not page.seen["failed"], f"files the page asked for and did not get: {page.seen['failed'][:5]}"
-    assert not page.seen["pageerror"], page.seen["pageerror"][:5]
-    assert not page.seen["console"], page.seen["console"][:5]
-
-
 # ---- on lesson 02's page ----------------------------------------------------------------------------------------
 
 def test_lesson_02_page_has_both_explorables_live(site, browser):
@@ -387,3 +379,69 @@ def test_lesson_02_page_has_both_explorables_live(site, browser):
         context.close()
     assert not seen["network"] and not seen["failed"], seen
     assert not seen["pageerror"] and not seen["console"], seen
+
+
+# ---- lessons 09 and 12's shipped results, one setting at a time ---------------------------------------------------
+
+STEPPER = ".ctl-explorable[data-ctl-explorable='figure-stepper']"
+READ_STEPPER = """host => ({state: Object.assign({}, host.ctlState), note: host.querySelector('.ctl-x-readout').textContent,
+  figures: Array.from(host.querySelectorAll('[data-ctl-plot]')).map(d => d.data.map(t => ({x: t.x == null ? null : Array.from(t.x),
+                                                                                          y: t.y == null ? null : Array.from(t.y)})))})"""
+
+
+def _numbers(fig) -> list:
+    "Each trace's x and y of a library figure, as the page holds them (plain lists)."
+    from ctl_explore.explorables import _figure_dicts
+    return [{"x": t.get("x"), "y": t.get("y")} for t in _figure_dicts(fig)[1][0]["data"]]
+
+
+def _same(page_traces: list, library_traces: list, what: str) -> None:
+    assert len(page_traces) == len(library_traces), f"{what}: {len(page_traces)} traces, the library's {len(library_traces)}"
+    for i, (a, b) in enumerate(zip(page_traces, library_traces)):
+        for axis in ("x", "y"):
+            if b[axis] is None or isinstance(b[axis][0], str):
+                assert a[axis] == (list(b[axis]) if b[axis] is not None else None), f"{what}: trace {i} {axis}"
+            else:
+                _close([np.nan if v is None else v for v in a[axis]], [np.nan if v is None else v for v in b[axis]],
+                       f"{what}: trace {i} {axis}")
+
+
+def _pick(page, host, name: str, option: str) -> None:
+    before = host.evaluate("h => h.ctlState.shown || 0")
+    host.locator(f"[data-ctl-control={name}]").select_option(label=option)
+    page.wait_for_function("([h, n]) => (h.ctlState.shown || 0) > n", arg=[host.element_handle(), before], timeout=30_000)
+
+
+def test_study_one_cell_at_a_time(page):
+    from ctl_explore.explorer import LOSSES
+    from ctl_explore.study import trajectory_figure
+    from ctl_explore.explorables import _profile_figure
+    rows = json.loads((REPO / "data" / "study-digits" / "results.json").read_text())
+    host = page.locator(STEPPER).nth(0)
+    for loss, tau in (("hard_contrastive", 0.5), ("contrastive", 0.05), ("simple", 0.2)):
+        _pick(page, host, "loss", LOSSES[loss])
+        _pick(page, host, "tau", f"{tau:g}")
+        shown = host.evaluate(READ_STEPPER)
+        cell = [r for r in rows if r["loss"] == loss and (loss == "simple" or r["tau"] == tau) and not r.get("failed")]
+        _same(shown["figures"][0], _numbers(trajectory_figure(cell)), f"trajectories of {loss} at τ = {tau}")
+        label = LOSSES[loss] + ("" if loss == "simple" else f", τ = {tau:g}")
+        _same(shown["figures"][1], _numbers(_profile_figure(cell, "")), f"similarity profile of {loss} at τ = {tau}")
+        assert shown["note"].startswith(f"{label}: {len(cell)} runs; linear accuracy {sum(r['linear_top1'] for r in cell) / len(cell):.3f}")
+
+
+def test_randbit_one_tau_at_a_time(page):
+    from ctl_explore.suppression import randbit_figure
+    rows = json.loads((REPO / "data" / "suppression" / "randbit-digits.json").read_text())["rows"]
+    host = page.locator(STEPPER).nth(1)
+    for tau in sorted({r["tau"] for r in rows}, reverse=True):
+        _pick(page, host, "tau", f"{tau:g}")
+        shown = host.evaluate(READ_STEPPER)
+        _same(shown["figures"][0], _numbers(randbit_figure([r for r in rows if r["tau"] == tau])), f"RandBit at τ = {tau}")
+
+
+def test_nothing_went_wrong_on_the_page(page):
+    "Over every test above: no console error, no page error, no request outside file://."
+    assert not page.seen["network"], f"requests beyond file://: {page.seen['network'][:5]}"
+    assert not page.seen["failed"], f"files the page asked for and did not get: {page.seen['failed'][:5]}"
+    assert not page.seen["pageerror"], page.seen["pageerror"][:5]
+    assert not page.seen["console"], page.seen["console"][:5]
