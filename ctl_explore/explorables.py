@@ -163,7 +163,17 @@ EXPLORABLES_JS = r"""// The site's explorables, drawn with the local plotly.js a
     for (var i = 0; i < x.length; i++) { var lr = (x[i] - n.m) - n.logS, r = Math.exp(lr); if (r > 0) h -= r * lr; }
     return h;
   };
-  M.entropyCurve = function (neg, taus, alpha) { return taus.map(function (t) { return M.penaltyEntropy(neg, t, alpha); }); };
+  M.entropyCurve = function (neg, taus, alpha) {  // penaltyEntropy at every τ, the same operations without its copies
+    var cut = alpha == null ? -Infinity : M.sAlpha(neg, alpha), k = neg.length;
+    return taus.map(function (t) {
+      var m = -Infinity, s = 0, h = 0, j, x, lr, r;
+      for (j = 0; j < k; j++) if (neg[j] >= cut) { x = neg[j] / t; if (x > m) m = x; }
+      for (j = 0; j < k; j++) if (neg[j] >= cut) s += Math.exp(neg[j] / t - m);
+      var logS = Math.log(s);
+      for (j = 0; j < k; j++) if (neg[j] >= cut) { lr = (neg[j] / t - m) - logS; r = Math.exp(lr); if (r > 0) h -= r * lr; }
+      return h;
+    });
+  };
   M.contrastiveLoss = function (pos, neg, tau, alpha) {  // Eq 1 (Eq 9 with alpha): -log softmax([s_ii, s_ij]/τ)[0]
     var x = scaled(neg, tau, alpha); x.unshift(pos / tau);
     var n = logNorm(x);
@@ -171,13 +181,17 @@ EXPLORABLES_JS = r"""// The site's explorables, drawn with the local plotly.js a
   };
   M.simpleLoss = function (pos, neg, lam) { var s = 0; for (var i = 0; i < neg.length; i++) s += neg[i]; return lam * s - pos; };
   M.lossCurves = function (pos, neg, taus) {  // loss_curves: Eq 1, Eq 6 (τ→0) and Eq 7 (τ→∞) at every τ
-    var k = neg.length, top = neg[k - 1], sum = 0;
-    for (var i = 0; i < k; i++) sum += neg[i];
-    return {loss: taus.map(function (t) { return M.contrastiveLoss(pos, neg, t); }),
-            triplet: taus.map(function (t) { return Math.max(top / t - pos / t, 0); }),
-            simple: taus.map(function (t) { var n = neg.map(function (s) { return s / t; }), sn = 0;
-              for (var j = 0; j < k; j++) sn += n[j];
-              return Math.log(k + 1) - (k * (pos / t) - sn) / (k + 1); })};
+    var k = neg.length, top = neg[k - 1], out = {loss: [], triplet: [], simple: []};
+    taus.forEach(function (t) {  // the same operations as contrastiveLoss, without its copies of the K negatives
+      var p = pos / t, m = p, s = 0, sn = 0, j, x;
+      for (j = 0; j < k; j++) { x = neg[j] / t; if (x > m) m = x; }
+      s = Math.exp(p - m);
+      for (j = 0; j < k; j++) { x = neg[j] / t; s += Math.exp(x - m); sn += x; }
+      out.loss.push(Math.log(s) - (p - m));
+      out.triplet.push(Math.max(top / t - p, 0));
+      out.simple.push(Math.log(k + 1) - (k * p - sn) / (k + 1));
+    });
+    return out;
   };
   M.limitRegimes = function (curves, taus, rtol) {  // limit_regimes: (τ0, τ∞) or null
     rtol = rtol == null ? 0.05 : rtol;
