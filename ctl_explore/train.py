@@ -217,10 +217,8 @@ def resolve_precision(config: PretrainConfig, device: str | torch.device | None 
     return "bf16" if torch.device(device).type == "cuda" else "fp32"
 
 def run_identity(config: PretrainConfig) -> dict:
-    "The fields that make a run what it is: `config.to_dict()` without `EXECUTION_KEYS`, precision 'auto' resolved; a checkpoint resumes under any config with the same identity."
-    identity = {k: v for k, v in config.to_dict().items() if k not in EXECUTION_KEYS}
-    identity["precision"] = resolve_precision(config)
-    return identity
+    "The fields that make a run what it is: `config.to_dict()` without `EXECUTION_KEYS`; a checkpoint resumes under any config with the same identity (precision 'auto' matching the one the run resolved)."
+    return {k: v for k, v in config.to_dict().items() if k not in EXECUTION_KEYS}
 
 class CheckpointError(RuntimeError):
     "A run folder's checkpoint is unreadable, damaged, or belongs to another run."
@@ -323,8 +321,9 @@ def load_checkpoint(path: str | Path, config: PretrainConfig | None = None) -> d
         raise CheckpointError(f"{path} was not written by ctl_explore's pretrain (format {CHECKPOINT_FORMAT} expected). "
                               "Move it away, or use another folder.")
     saved = run_identity(_check_state(path, state))  # a field added after the checkpoint was written counts with its default value
-    if config is not None and saved != run_identity(config):
-        asked = run_identity(config)
+    asked = None if config is None else run_identity(config)
+    if asked is not None and asked["precision"] == "auto": asked["precision"] = saved["precision"]  # what the run resolved 'auto' to
+    if asked is not None and saved != asked:
         diff = {k: (v, asked.get(k)) for k, v in saved.items() if asked.get(k) != v}
         raise CheckpointError(f"{path} belongs to a run with another configuration (saved vs asked: {diff}). "
                               "Use another output folder, or start over with restart=True (--restart on the command line).")
@@ -417,14 +416,16 @@ def run_lock(out_dir: str | Path) -> Iterator[Path]:
                 os.close(held[0])
 
 def _legacy_run(folder: Path) -> bool:
-    """A run folder written before pretrain marked its folders: a valid configuration in config.json beside a
-    checkpoint.pt that is a zip archive (what torch.save writes). A user's own folder does not hold that pair by chance,
-    and the checkpoint is verified in full (format tag, checksums, configuration) before anything in the folder changes."""
-    try:
-        saved = json.loads((folder / "config.json").read_text())
-        PretrainConfig.from_dict(saved)
-    except (OSError, ValueError, TypeError, AttributeError, UnicodeDecodeError): return False
-    return zipfile.is_zipfile(folder / "checkpoint.pt")
+    """Whether an unmarked folder is a run of a version of pretrain that wrote no marker: its checkpoint.pt is verified
+    in full (format tag, checksums, a consistent configuration), which no file of anyone else's passes by chance. A
+    checkpoint.pt that fails is a `CheckpointError` saying why; without one the folder is not a run."""
+    if not (folder / "checkpoint.pt").is_file(): return False
+    try: load_checkpoint(folder / "checkpoint.pt")
+    except CheckpointError as e:  # its advice to start over does not apply: without the marker the file may be anyone's
+        reason = re.split(r"\s+(?:Delete it, or start|Move it away)", str(e))[0]
+        raise CheckpointError(f"{reason} The folder carries no {RUN_MARKER} marker, so pretrain does not overwrite the file, "
+                              "not even to start over: move checkpoint.pt away, or choose another output folder.") from None
+    return True
 
 def _check_marker(path: Path) -> None:
     try: ok = json.loads(path.read_text()) == _MARKER
@@ -434,7 +435,7 @@ def _check_marker(path: Path) -> None:
 
 def check_run_folder(out_dir: str | Path) -> None:
     """A `RunFolderError` unless `out_dir` is absent, empty, or pretrain's own: marked with `RUN_MARKER` (or, written
-    before the marker, a configuration beside a checkpoint), holding only what a run folder holds, none of it a symbolic link."""
+    before the marker, holding a verified checkpoint), holding only what a run folder holds, none of it a symbolic link."""
     folder = Path(out_dir)
     if folder.is_symlink() and not folder.exists(): raise RunFolderError(f"{folder} is a broken symbolic link: remove it, or use another folder")
     if not folder.exists(): return
@@ -454,8 +455,10 @@ def check_run_folder(out_dir: str | Path) -> None:
         raise RunFolderError(f"{folder} holds files pretrain did not write ({names}), and it writes only into a new or empty "
                              "folder or one of its own runs: choose another output folder, or move them away.")
     config = folder / "config.json"
-    if RUN_MARKER in present: _check_marker(folder / RUN_MARKER)
-    elif present and not _legacy_run(folder):
+    ours = RUN_MARKER in present
+    if ours: _check_marker(folder / RUN_MARKER)
+    elif present: ours = _legacy_run(folder)
+    if present and not ours:
         why = None
         if "config.json" in present:
             try:
@@ -470,7 +473,7 @@ def check_run_folder(out_dir: str | Path) -> None:
         name = sorted(present)[0]
         raise RunFolderError(f"{folder} holds {name}, which pretrain did not write (the folder has no {RUN_MARKER} marker and no "
                              f"checkpoint of a run), so pretrain refuses to overwrite or delete it: choose another output folder, or move {name} away.")
-    if RUN_MARKER in present and config.exists():  # a folder of pretrain's: a configuration that no longer parses is damage
+    if ours and config.exists():  # a folder of pretrain's: a configuration that no longer parses is damage
         try:
             saved = json.loads(config.read_text())
             if not isinstance(saved, dict): raise ValueError(f"it holds a {type(saved).__name__}, not a mapping")
@@ -689,7 +692,9 @@ def embed(model: Encoder, images: Tensor, augment: TwoViewAugment, batch_size: i
         x = to_float(images[start:start + batch_size], params.mean, params.std)
         if params.size and params.size != x.shape[-1]: x = F.interpolate(x, size=params.size, mode="bilinear", antialias=True)
         with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=autocast):
-            out.append((model.features(x) if features else model(x)).float())
+            z = (model.features(x) if features else model(x)).float()
+        # under bf16 autocast the unit norm holds to bf16's 3 digits only: normalised again in float32, as the metrics require
+        out.append(F.normalize(z, dim=1) if autocast and not features else z)
     model.train(was_training)
     return torch.cat(out)
 
@@ -924,13 +929,6 @@ def _set_lr(optimizer: torch.optim.Optimizer, lr: float, as_tensor: bool = False
         elif isinstance(group["lr"], Tensor) and group["lr"].device == group["params"][0].device: group["lr"].fill_(lr)
         else: group["lr"] = torch.tensor(lr, dtype=torch.float32, device=group["params"][0].device)
 
-def _saved_precision(out_dir: Path) -> str | None:
-    "The precision of the run whose checkpoint is in `out_dir` (from its config.json; the checkpoint is compared in full when it loads), or None."
-    if not (out_dir / "checkpoint.pt").is_file(): return None
-    try: saved = json.loads((out_dir / "config.json").read_text()).get("precision")
-    except (OSError, ValueError, AttributeError, UnicodeDecodeError): return None
-    return saved if saved in PRECISIONS else None
-
 def _take_folder(out_dir: Path, held: contextlib.ExitStack, rank: int, world: int, device: torch.device) -> None:
     "Process 0 takes the folder's lock and checks it again under the lock; every process learns whether that worked."
     error = None
@@ -956,9 +954,6 @@ def _pretrain(config: PretrainConfig, out_dir: Path, quiet: bool, restart: bool,
                          "and of the step with its collectives is untested here; use compile=False (--compile is off by default) "
                          "with several processes")
     ckpt_path, metrics_path = out_dir / "checkpoint.pt", out_dir / "metrics.jsonl"
-    if config.precision == "auto":  # resolved once and recorded: a run keeps its precision wherever it resumes
-        saved = None if restart else _saved_precision(out_dir)
-        config = dataclasses.replace(config, precision=saved or resolve_precision(config, device))
     # nothing is written before everything checkable has been checked; a folder that exists is locked at once
     if rank == 0: check_run_folder(out_dir)
     locked = world == 1 and out_dir.is_dir()
@@ -976,8 +971,11 @@ def _pretrain(config: PretrainConfig, out_dir: Path, quiet: bool, restart: bool,
     history, start_epoch, wall_before, reseeded = [], 0, 0.0, None  # wall_before: the wall time of the run's earlier sessions
 
     if not locked: _take_folder(out_dir, held, rank, world, device)
+    if config.precision == "auto" and (restart or not ckpt_path.exists()):  # resolved once, recorded in config.json and the checkpoint
+        config = dataclasses.replace(config, precision=resolve_precision(config, device))
     if ckpt_path.exists() and not restart:
         state = load_checkpoint(ckpt_path, config)
+        if config.precision == "auto": config = dataclasses.replace(config, precision=state["config"]["precision"])  # as the run resolved it
         try:
             model.load_state_dict(state["model"]); optimizer.load_state_dict(state["optimizer"])
             bank.load_state_dict(state["bank"])  # each tensor copied onto this run's device: a checkpoint resumes on any device

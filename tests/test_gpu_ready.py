@@ -4,6 +4,7 @@ zero host syncs per training step, resuming across devices, the monitor's subset
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import math
 import os
 
@@ -74,10 +75,16 @@ def test_a_process_takes_its_gpu_before_it_joins_the_group(fake_gpus):
     assert calls == []
     fake_gpus.setenv("WORLD_SIZE", "4"); fake_gpus.setenv("LOCAL_RANK", "2")
     assert train_mod._init_distributed(resolve_device("cuda"))
-    assert calls == [("set_device", torch.device("cuda", 2)), ("init", "nccl", {"device_id": torch.device("cuda", 2)})]
+    # issue 24: the group waits for its members, and in every collective, at most CTL_EXPLORE_DIST_TIMEOUT seconds (600 unset)
+    bounded = {"timeout": datetime.timedelta(seconds=600)}
+    assert calls == [("set_device", torch.device("cuda", 2)), ("init", "nccl", {"device_id": torch.device("cuda", 2), **bounded})]
     calls.clear()
     assert train_mod._init_distributed(torch.device("cpu"))
-    assert calls == [("init", "gloo", {})]
+    assert calls == [("init", "gloo", bounded)]
+    calls.clear()
+    fake_gpus.setenv("CTL_EXPLORE_DIST_TIMEOUT", "12.5")
+    assert train_mod._init_distributed(torch.device("cpu"))
+    assert calls == [("init", "gloo", {"timeout": datetime.timedelta(seconds=12.5)})]
 
 
 @pytest.mark.parametrize("rank", [0, 1])
@@ -254,3 +261,48 @@ def test_the_compiled_step_computes_the_eager_steps():
     # the same three steps (each one's loss depends on the previous updates), up to the rounding of fused kernels
     torch.testing.assert_close(losses["step"], losses["eager"], rtol=1e-5, atol=1e-5)
     assert len(set(losses["eager"].tolist())) == 3
+
+
+# ---------------------------------------------------------------- issue 24: precision "auto", recorded per run
+
+def test_precision_auto_is_bf16_on_cuda_and_fp32_on_the_cpu(monkeypatch):
+    from ctl_explore.train import resolve_precision
+    assert PretrainConfig().precision == "auto"
+    assert [resolve_precision(PretrainConfig(), d) for d in ("cuda", "cuda:3", "cpu")] == ["bf16", "bf16", "fp32"]
+    for explicit in ("fp32", "bf16"):  # an explicit precision (an older configuration says "fp32") keeps its meaning anywhere
+        assert resolve_precision(PretrainConfig(precision=explicit), "cuda") == explicit
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_precision(PretrainConfig(device="auto")) == "bf16"
+    with pytest.raises(ValueError, match="precision must be one of"): PretrainConfig(precision="fp16")
+    with pytest.raises(ValueError, match="bank_precision must be one of"): PretrainConfig(bank_precision="auto")
+
+
+def test_a_run_records_its_resolved_precision_and_resumes_with_it(tmp_path):
+    import json
+    cfg = PretrainConfig(**TINY, epochs=2, device="cpu")
+    pretrain(cfg, tmp_path / "auto", quiet=True, until_epoch=1)
+    assert json.loads((tmp_path / "auto" / "config.json").read_text())["precision"] == "fp32"
+    assert load_checkpoint(tmp_path / "auto" / "checkpoint.pt")["config"]["precision"] == "fp32"
+    # a run that started in bf16 (as "auto" does on CUDA) resumes in bf16 when asked with "auto", and equals the uninterrupted one
+    bf16 = dataclasses.replace(cfg, precision="bf16")
+    pretrain(bf16, tmp_path / "whole", quiet=True)
+    pretrain(bf16, tmp_path / "split", quiet=True, until_epoch=1)
+    pretrain(cfg, tmp_path / "split", quiet=True)  # precision "auto"
+    a, b = (load_checkpoint(tmp_path / r / "checkpoint.pt") for r in ("whole", "split"))
+    assert b["config"]["precision"] == "bf16" and json.loads((tmp_path / "split" / "config.json").read_text())["precision"] == "bf16"
+    for key in a["model"]: assert torch.equal(a["model"][key], b["model"][key]), key
+    # an explicit other precision is another run
+    with pytest.raises(CheckpointError, match="'precision': \\('bf16', 'fp32'\\)"):
+        pretrain(dataclasses.replace(cfg, precision="fp32"), tmp_path / "split", quiet=True)
+
+
+def test_the_monitor_embeds_unit_vectors_under_bf16_autocast():
+    # bf16 is the default on CUDA: the monitor's embeddings must still be unit vectors to float32 accuracy for the metrics
+    from ctl_explore.train import embed
+    config = PretrainConfig(**TINY, device="cpu")
+    model = build_model(config, 1, torch.device("cpu"))
+    images = load_dataset("digits", train=False).images[:64]
+    z = embed(model, images, TwoViewAugment("digits"), 32, autocast=True)
+    assert z.dtype == torch.float32 and torch.allclose(z.norm(dim=1), torch.ones(64), atol=1e-5)
+    features = embed(model, images, TwoViewAugment("digits"), 32, features=True, autocast=True)
+    assert features.dtype == torch.float32 and not torch.allclose(features.norm(dim=1), torch.ones(64), atol=1e-2)  # left as they are

@@ -387,7 +387,7 @@ def test_the_bank_loss_refuses_an_empty_batch_like_contrastive_loss():
 
 # ---------------------------------------------------------------- issue 24: run folders own their files
 
-@pytest.mark.parametrize("name", ["metrics.jsonl", "result.json", "linear_eval.json", "checkpoint.pt"])
+@pytest.mark.parametrize("name", ["metrics.jsonl", "result.json", "linear_eval.json", "linear_eval_random_init.json"])
 def test_a_users_lone_file_of_a_run_folders_name_survives(tmp_path, capsys, name):
     run = tmp_path / "run"
     run.mkdir()
@@ -420,14 +420,19 @@ def test_a_run_folder_written_before_the_marker_still_resumes(finished, tmp_path
     write_json_atomic(old / "config.json", {**state["config"], "epochs": 2})
     last = pretrain(tiny(epochs=2), old, quiet=True)
     assert last["epoch"] == 2 and (old / RUN_MARKER).exists()
-    # the same files without the checkpoint, or with a checkpoint that is no zip, are not taken for a run
-    for broken in ("no checkpoint", "not a zip"):
+    # the same files without the checkpoint, or with a checkpoint that is not pretrain's, are not taken for a run, even to restart
+    for broken, error, message in (("no checkpoint", RunFolderError, "holds config.json, which pretrain did not write"),
+                                   ("not a checkpoint", CheckpointError, "is not a readable checkpoint"),
+                                   ("flipped byte", CheckpointError, "is damaged")):
         folder = copy_run(finished, tmp_path / broken.replace(" ", "_"))
         (folder / RUN_MARKER).unlink()
         if broken == "no checkpoint": (folder / "checkpoint.pt").unlink()
-        else: (folder / "checkpoint.pt").write_bytes(b"my own bytes")
+        elif broken == "not a checkpoint": (folder / "checkpoint.pt").write_bytes(b"my own bytes")
+        else: flip_middle_byte(folder / "checkpoint.pt")
         before = {p.name: p.read_bytes() for p in folder.iterdir() if p.name != ".lock"}
-        with pytest.raises(RunFolderError, match="which pretrain did not write"): pretrain(tiny(), folder, quiet=True)
+        for restart in (False, True):
+            with pytest.raises(error) as info: pretrain(tiny(), folder, quiet=True, restart=restart)
+            assert message in str(info.value) and "restart=True" not in str(info.value)
         assert {p.name: p.read_bytes() for p in folder.iterdir() if p.name != ".lock"} == before
 
 
