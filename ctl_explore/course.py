@@ -101,7 +101,42 @@ def check_plan(plan: list[Slot], nbs: str | Path = ".") -> None:
     if missing: raise ValueError("the plan shows sections that do not exist: " + "; ".join(missing))
 
 # %% ../nbs/93_course_kit.ipynb #ba00e8f9
-PLANS: dict[str, list[Slot]] = {}   # filled in below, once the lessons' sections are settled
+PLANS: dict[str, list[Slot]] = {
+    "One 90-minute class: what τ does": [
+        Slot(15, "00_losses", ("The contrastive loss (Eq 1)", "The two limits of the temperature (Eq 6, Eq 7)", "The loss against the temperature"),
+             "Skip the hard loss's code, the six losses by name and the checks; the hard loss comes back in lesson 01"),
+        Slot(25, "01_gradients", ("Where the lesson ends up", "The relative penalty is a Boltzmann distribution (Eq 5)",
+                                  "Fig 3 of [WL21]: where the penalty lands", "How sharp is the penalty? The entropy $H(r_i)$"),
+             "State Eq 4 and leave its derivation (Eq 4 step by step) and exercise 1 for homework"),
+        Slot(25, "02_explorer", ("What the explorer shows", "The hypersphere playground ([WL21] Section 4)", "Try it"),
+             "Project the explorer (the site's page works without Python); skip everything from 'How it is built' on"),
+        Slot(10, "03_metrics", ("The two numbers at a glance", "The uniformity–tolerance dilemma, in miniature"),
+             "Define uniformity and tolerance in words; the blocks and the large-scale cell are for later"),
+        Slot(15, "09_temperature_study", ("The digits study, as shipped", "How much to trust each verdict"),
+             "Read the shipped verdicts and where they break; nothing is trained in class"),
+    ],
+    "Three 90-minute classes: the whole argument": [
+        Slot(30, "00_losses", ("The contrastive loss (Eq 1)", "The simple contrastive loss (Eq 3)", "The two limits of the temperature (Eq 6, Eq 7)",
+                               "The loss against the temperature", "The hard contrastive loss (Eq 8, Eq 9)"), "Class 1. Exercises 1–3 as homework"),
+        Slot(35, "01_gradients", ("The gradients of Eq 1 (Eq 2, Eq 4)", "The relative penalty is a Boltzmann distribution (Eq 5)",
+                                  "Fig 3 of [WL21]: where the penalty lands", "The hard penalty (Eq 8)", "Watching the limits take over"),
+             "Class 1. Exercise 5 (predict, run, interpret) in class"),
+        Slot(25, "02_explorer", ("What the explorer shows", "The hypersphere playground ([WL21] Section 4)", "The uniformity–tolerance dilemma, in numbers"),
+             "Class 1. Skip 'How it is built'"),
+        Slot(25, "03_metrics", ("Uniformity ([WL21] Eq 10, [WI20])", "Tolerance ([WL21] Eq 11)", "The uniformity–tolerance dilemma, in miniature",
+                                "The similarity profile ([WL21] Fig 8)"), "Class 2. Skip 'At scale' and 'How it is built'"),
+        Slot(15, "06_memory_bank", ("The bank and its update", "The memory-bank loss (Eq 1 and Eq 9 against the bank)"), "Class 2"),
+        Slot(30, "07_pretrain", ("A first run", "The learning-rate schedule", "Exercise 4: predict, run, interpret"),
+             "Class 2. The checkpoints, locks and GPU sections are reference: skip them"),
+        Slot(20, "08_linear_eval", ("Pretrained against random", "The linear probe"), "Class 2"),
+        Slot(45, "09_temperature_study", ("Why the hard loss collapses at small τ", "The regime and the criteria", "The six findings, judged over the whole τ curve",
+                                          "The digits study, as shipped", "How much to trust each verdict"), "Class 3. Skip 'Presets' and 'How a study is run'"),
+        Slot(10, "10_embeddings", ("t-SNE, side by side",), "Class 3"),
+        Slot(15, "11_generalized_losses", ("The two jobs, on a circle", "NT-Xent is alignment plus LogSumExp"), "Class 3"),
+        Slot(20, "12_feature_suppression", ("Where the lesson ends up", "RandBit: how many bits does instance discrimination need?",
+                                            "The findings, judged by rules"), "Class 3"),
+    ],
+}
 
 def plan_markdown(name: str) -> str:
     "A plan as a markdown list, with its total time."
