@@ -184,6 +184,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                      'ctl_explore/explorables.py'),
                                          'ctl_explore.explorables.negative_draws': ( 'static_explorables.html#negative_draws',
                                                                                      'ctl_explore/explorables.py'),
+                                         'ctl_explore.explorables.plane_stepper': ( 'static_explorables.html#plane_stepper',
+                                                                                    'ctl_explore/explorables.py'),
                                          'ctl_explore.explorables.playground_spec': ( 'static_explorables.html#playground_spec',
                                                                                       'ctl_explore/explorables.py'),
                                          'ctl_explore.explorables.randbit_stepper': ( 'static_explorables.html#randbit_stepper',

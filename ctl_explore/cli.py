@@ -115,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="digits: the embedded default, within 15 minutes on 2 CPU cores (benchmarks/results/study.md); smoke: seconds, for tests; "
                          "*-paper: [WL21]'s settings for CUDA machines (default: digits)")
     st.add_argument("--out", type=_folder, default=None, help="output folder: new, empty, or a study's own (it holds the marker "
-                    ".ctl-explore-study); a folder holding other files is refused, never overwritten (default: study-<preset>)")
+                    ".ctl_explore_study); a folder holding other files is refused, never overwritten (default: study-<preset>)")
     st.add_argument("--device", default=None, help="override the preset's device (auto, cpu, cuda)")
     st.add_argument("--quiet", action="store_true", help="no progress bar")
     st.add_argument("--workers", type=_workers, default=None, help="parallel worker processes, each training whole runs (default: "

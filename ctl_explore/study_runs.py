@@ -378,7 +378,7 @@ def _stop(pool: ProcessPoolExecutor, kill: bool) -> None:
     pool.shutdown(wait=not kill, cancel_futures=True)
 
 # %% ../nbs/16_study_machinery.ipynb #4a6e0c93
-STUDY_MARKER = ".ctl-explore-study"   # the file that makes a folder a study's own
+STUDY_MARKER = ".ctl_explore_study"   # the file that makes a folder a study's own (a run folder's is pretrain's .ctl_explore_run)
 STUDY_ENTRIES = ("runs", "results.csv", "results.json", "results.json.sha256", "report.html")  # what a study writes at its top
 
 def _ours(name: str) -> bool:
@@ -425,7 +425,7 @@ def claim_study_folder(out_dir: str | Path, preset: str | StudyPreset) -> Path:
         names = ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
         raise StudyError(f"{out} holds files this package did not write ({names}) and no {STUDY_MARKER} marker, and a study writes only "
                          "into a new or empty folder or one of its own: give the study another folder (--out), or move those files away")
-    try: write_json_atomic(marker, dict(written_by="ctl_explore study", preset=p.name))
+    try: write_json_atomic(marker, dict(written_by="ctl_explore study", format=1, preset=p.name))
     except (OSError, RunFolderError) as e: raise StudyError(f"cannot write into the study folder {out} ({e}): give the study another folder (--out)") from None
     return out
 

@@ -13,7 +13,7 @@
 # run's state (finished, failed and why, started, not started). --report writes results.csv, results.json (with its
 # checksum in results.json.sha256) and report.html from the finished runs, naming the failed ones and any still missing;
 # resubmit those indices (a failed run is retried) and report again. "$out" must be new, empty, or a study's own folder
-# (it holds .ctl-explore-study): the study never writes into a folder of other files. Each task's GPU is the one Slurm
+# (it holds .ctl_explore_study): the study never writes into a folder of other files. Each task's GPU is the one Slurm
 # gave it (CUDA_VISIBLE_DEVICES).
 #SBATCH --job-name=ctl-study
 #SBATCH --gres=gpu:1

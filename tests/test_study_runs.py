@@ -238,7 +238,7 @@ def test_a_users_folder_is_refused_and_its_files_survive(tmp_path):
     lone = tmp_path / "lone"
     lone.mkdir()
     (lone / "results.csv").write_text("mine\n")
-    with pytest.raises(StudyError, match="no .ctl-explore-study marker"):
+    with pytest.raises(StudyError, match="no .ctl_explore_study marker"):
         claim_study_folder(lone, TINY)
     for writer in (lambda: write_results([], lone), lambda: write_report([], lone)):
         (lone / "report.html").write_text("mine")
