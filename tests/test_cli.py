@@ -63,9 +63,8 @@ def test_a_users_folder_is_refused_and_its_files_survive(capsys, tmp_path):
 
 def test_failed_runs_are_named_listed_and_reported(capsys, tmp_path):
     out = tmp_path / "w"
-    assert main(["study", "--preset", "wild", "--out", str(out), "--quiet", "--workers", "8"]) == 1
+    assert main(["study", "--preset", "wild", "--out", str(out), "--quiet", "--workers", "1"]) == 1
     err = capsys.readouterr().err
-    assert "ctl-explore: warning: workers lowered from 8 to" in err
     assert "4 of 4 runs failed (contrastive-tau0.2-seed0: TrainingDivergedError: training diverged at epoch 1" in err
     assert "Traceback" not in err and "training diverged" in (out / "report.html").read_text()
     assert main(["study", "--preset", "wild", "--out", str(out), "--list"]) == 0
@@ -73,6 +72,13 @@ def test_failed_runs_are_named_listed_and_reported(capsys, tmp_path):
     assert lines[0].endswith("\tstate") and all("\tfailed: TrainingDivergedError: training diverged" in l for l in lines[1:])
     assert main(["study", "--preset", "wild", "--out", str(out), "--run", "1"]) == 1
     assert "run contrastive-tau0.5-seed0 failed: TrainingDivergedError" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_workers_lowered_and_failing_in_workers_are_said(capsys, tmp_path):
+    assert main(["study", "--preset", "wild", "--out", str(tmp_path / "w"), "--quiet", "--workers", "8"]) == 1
+    err = capsys.readouterr().err
+    assert "ctl-explore: warning: workers lowered from 8 to" in err and "4 of 4 runs failed" in err and "Traceback" not in err
 
 
 def test_an_invalid_result_json_gets_a_sentence_not_a_traceback(capsys, tmp_path):

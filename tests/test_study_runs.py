@@ -316,6 +316,7 @@ def test_any_error_in_a_run_fails_that_run_only_and_a_rerun_retries_only_it(tmp_
     assert measured == ["contrastive-tau0.5-seed0"] and again[0] == rows[0] and "failed" not in again[1]
 
 
+@pytest.mark.slow
 def test_failed_runs_in_workers_become_rows(tmp_path):
     rows = run_study(WILD, tmp_path / "w", quiet=True, workers=2)
     assert len(rows) == 4 and all(r["failed"].startswith("TrainingDivergedError") for r in rows)
