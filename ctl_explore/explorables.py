@@ -26,7 +26,7 @@ from .metrics import sphere_uniformity_limit, tolerance, uniformity
 __all__ = ['EXPLORABLE_KINDS', 'FALLBACK_NOTE', 'EXPLORABLES_JS', 'REPLAY_TAUS', 'TAU_FREE', 'FRAME_SCALE', 'EXPLORABLES_CSS',
            'EXPLORABLES_PAGE', 'STUDY_RESULTS', 'RANDBIT_RESULTS', 'negative_draws', 'explorer_spec', 'explorable_html',
            'Explorable', 'replay_run', 'playground_spec', 'explorable_for_widget', 'figure_stepper', 'study_stepper',
-           'randbit_stepper', 'explorables_page']
+           'plane_stepper', 'randbit_stepper', 'explorables_page']
 
 # %% ../nbs/92_static_explorables.ipynb #x009
 def negative_draws(
@@ -681,10 +681,23 @@ def study_stepper(rows: list[dict]) -> dict:
         note = (f"<b>{label}</b>: {len(cell)} runs; linear accuracy {mean('linear_top1'):.3f} (seeds within {spread('linear_top1'):.3f}), "
                 f"uniformity {mean('uniformity'):.3f}, tolerance {mean('tolerance'):.3f}"
                 + ("" if loss not in TAU_FREE else " (this loss has no τ: the same runs at every τ)"))
-        return [trajectory_figure(cell), _profile_figure(cell, f"{label}: the positive and the 10 nearest negatives")], note
+        return [trajectory_figure(cell), _profile_figure(cell, "[WL21] Fig 8: the positive, then the 10 nearest negatives")], note
     index = taus.index(0.2) if 0.2 in taus else 0
     return figure_stepper({"loss": ("loss", [(LOSSES[l], l) for l in losses], 0),
                            "tau": ("τ", [(f"{t:g}", t) for t in taus], index)}, draw, ("trajectory", "profile"))
+
+def plane_stepper(rows: list[dict]) -> dict:
+    "Lesson 10's uniformity–tolerance plane (`uniformity_tolerance_plane`) of a study's runs, for one loss or all, one seed or all."
+    from ctl_explore.viz import uniformity_tolerance_plane
+    rows = [r for r in rows if not r.get("failed")]
+    if not rows: raise ValueError("rows must hold at least one run that did not fail")
+    losses = [l for l in LOSSES if any(r["loss"] == l for r in rows)]
+    seeds = sorted({r["seed"] for r in rows})
+    def draw(loss, seed):
+        mine = [r for r in rows if loss in (None, r["loss"]) and seed in (None, r["seed"])]
+        return [uniformity_tolerance_plane(mine)], f"{len(mine)} runs"
+    return figure_stepper({"loss": ("loss", [("every loss", None)] + [(LOSSES[l], l) for l in losses], 0),
+                           "seed": ("seed", [("every seed", None)] + [(str(s), s) for s in seeds], 0)}, draw, ("plane",))
 
 def randbit_stepper(rows: list[dict]) -> dict:
     "Lesson 12's RandBit grid one τ at a time, drawn by `randbit_figure` with [CLL20]'s reference."
@@ -735,7 +748,10 @@ def _results_sections(data_dir, cached: bool = True) -> str:
         parts.append(f"""<h2 id="study">Lesson 09's study, one loss and τ at a time</h2>
 <p>The {len(rows)} runs shipped with the course (<code>data/{STUDY_RESULTS}</code>): pick a loss and a temperature to see
 that cell's runs alone, how they converged and the similarity profile they ended with ([WL21] Fig 8).</p>
-{explorable_html(study_stepper(rows))}""")
+{explorable_html(study_stepper(rows))}
+<h2 id="plane">Lesson 10's uniformity–tolerance plane, for the same study</h2>
+<p>One point per run, labelled by its τ: show one loss, or one seed, to see where each lies.</p>
+{explorable_html(plane_stepper(rows))}""")
     if (data_dir / RANDBIT_RESULTS).is_file():
         rows = json.loads((data_dir / RANDBIT_RESULTS).read_text())["rows"]
         parts.append(f"""<h2 id="randbit">Lesson 12's RandBit grid, one τ at a time</h2>

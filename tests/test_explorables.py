@@ -429,10 +429,24 @@ def test_study_one_cell_at_a_time(page):
         assert shown["note"].startswith(f"{label}: {len(cell)} runs; linear accuracy {sum(r['linear_top1'] for r in cell) / len(cell):.3f}")
 
 
+def test_uniformity_tolerance_plane_one_loss_or_seed_at_a_time(page):
+    from ctl_explore.explorer import LOSSES
+    from ctl_explore.viz import uniformity_tolerance_plane
+    rows = [r for r in json.loads((REPO / "data" / "study-digits" / "results.json").read_text()) if not r.get("failed")]
+    host = page.locator(STEPPER).nth(1)
+    for loss, seed in (("hard_contrastive", "0"), (None, "2"), ("simple", "every seed")):
+        _pick(page, host, "loss", LOSSES[loss] if loss else "every loss")
+        _pick(page, host, "seed", seed)
+        mine = [r for r in rows if loss in (None, r["loss"]) and seed in ("every seed", str(r["seed"]))]
+        shown = host.evaluate(READ_STEPPER)
+        _same(shown["figures"][0], _numbers(uniformity_tolerance_plane(mine)), f"the plane for {loss}, seed {seed}")
+        assert shown["note"] == f"{len(mine)} runs"
+
+
 def test_randbit_one_tau_at_a_time(page):
     from ctl_explore.suppression import randbit_figure
     rows = json.loads((REPO / "data" / "suppression" / "randbit-digits.json").read_text())["rows"]
-    host = page.locator(STEPPER).nth(1)
+    host = page.locator(STEPPER).nth(2)
     for tau in sorted({r["tau"] for r in rows}, reverse=True):
         _pick(page, host, "tau", f"{tau:g}")
         shown = host.evaluate(READ_STEPPER)

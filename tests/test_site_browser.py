@@ -182,7 +182,7 @@ def test_page_reads_offline(site, browser, stem):
     if stem == "02_explorer":  # lesson 02's two widgets are live on its page
         assert kinds == ["hypersphere-replay", "temperature-explorer"], kinds
     if stem == "explorables":  # and on their own page, with lessons 09 and 12's shipped results
-        assert kinds == ["figure-stepper", "figure-stepper", "hypersphere-replay", "temperature-explorer"], kinds
+        assert kinds == ["figure-stepper"] * 3 + ["hypersphere-replay", "temperature-explorer"], kinds
     if entry["notebook"] is None:
         assert any(h.split("#")[0] == "index.html" for h in state["links"]), f"{stem}: no link back to the index"
         return
