@@ -516,8 +516,11 @@ def failed_page(title: str, message: str, nav: str = "") -> str:
             f'<p class="ctl-failed">This page failed when the site was last built: {html.escape(message)}</p>'
             f'<p>Run the lesson in JupyterLab to see where it stops.</p>{nav}</body></html>\n')
 
-def mark_failed(index_html: str, failed: list[str]) -> str:
-    "The index page with the entries of the `failed` pages (file names) in its list of pages marked as not built."
+def mark_failed(index_html: str, failed: list[str], built: list[str] = ()) -> str:
+    "The index page with the `failed` pages' entries (file names) in its list of pages marked as not built, and the `built` ones' marks removed."
+    for page in built:
+        index_html = re.sub(rf'<li class="ctl-not-built"><a href="{re.escape(page)}">(.*?)</a> \(failed to build\)</li>',
+                            lambda m: f'<li><a href="{page}">{m.group(1)}</a></li>', index_html)
     for page in failed:
         index_html = re.sub(rf'<li><a href="{re.escape(page)}">(.*?)</a></li>',
                             lambda m: f'<li class="ctl-not-built"><a href="{page}">{m.group(1)}</a> (failed to build)</li>', index_html)
@@ -580,8 +583,11 @@ def build_site(out: str | Path = "_site", nbs: str | Path | None = None, jobs: i
         page, title = ("explorables.html", "Explorables") if p == "explorables" else (f"{p.stem}.html", titles[p.stem])
         (out / page).write_text(failed_page(title, message, index_nav), encoding="utf-8")
     failed_pages = ["explorables.html" if p == "explorables" else f"{p.stem}.html" for p in failures]
-    if failures and (out / "index.html").exists() and any(p.stem == "index" for p in entries if p != "explorables"):
-        (out / "index.html").write_text(mark_failed((out / "index.html").read_text(encoding="utf-8"), failed_pages), encoding="utf-8")
+    if (out / "index.html").exists() and "index.html" not in failed_pages:  # this build's news, in an index old or new
+        built_pages = [e["page"] for e in entries.values()]
+        index = (out / "index.html").read_text(encoding="utf-8")
+        marked = mark_failed(index, failed_pages, built_pages)
+        if marked != index: (out / "index.html").write_text(marked, encoding="utf-8")
     manifest = [entries[p] for p in notebooks if p in entries]
     (out / "site.json").write_text(json.dumps({"pages": manifest, "explorables": entries.get("explorables"),
                                                "failed": {("explorables.html" if p == "explorables" else p.name): m for p, m in failures.items()},

@@ -294,3 +294,10 @@ def test_a_lesson_that_fails_in_a_rebuild_leaves_no_old_page(tmp_path):
     manifest = json.loads((out / "site.json").read_text())
     assert list(manifest["failed"]) == ["01_second.ipynb"] and [p["page"] for p in manifest["pages"]] == ["00_first.html", "index.html"]
 
+
+    _tiny_notebook(project / "nbs" / "01_second.ipynb", "Second", "print('second lesson, version 2')")
+    proc = _site_command(*args, "--only", "^01_")  # fixed and rebuilt alone: its page back, the index's mark gone
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "second lesson, version 2" in (out / "01_second.html").read_text(encoding="utf-8")
+    index = (out / "index.html").read_text(encoding="utf-8")
+    assert 'class="ctl-not-built"' not in index and '<li><a href="01_second.html">' in index
