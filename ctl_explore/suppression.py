@@ -222,7 +222,7 @@ def new_encoder(in_channels: int, config: SuppressionConfig, image_size: int = 1
                 if isinstance(m, (nn.Conv2d, nn.Linear)): nn.init.xavier_uniform_(m.weight)  # Keras's glorot_uniform
                 if isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d)): m.momentum, m.eps = 0.01, 1e-3  # Keras's 0.99 and 1e-3
             model.train()
-    return model.to(memory_format=torch.channels_last)  # about twice as fast on a CPU (lesson 07)
+    return model.to(memory_format=torch.channels_last)  # the memory layout lesson 07 trains the ConvNet in on a CPU
 
 def _kernels(model: Encoder) -> list[Tensor]:
     "The conv and dense kernels (not the biases, not batch norm): what the colab's kernel_regularizer penalises."
@@ -291,7 +291,7 @@ def train_contrastive(
 # %% ../nbs/12_feature_suppression.ipynb #804af9f6
 RANDBIT_KS = (0, 1, 2, 4, 8, 16)
 TAUS = (0.05, 0.1, 0.2)
-# the full grid: 18 runs, a few minutes on 2 CPU cores. The digits give 11 steps an epoch (the colab's MNIST 60), so the
+# the full grid: 18 runs (284 s for the shipped one, data/suppression/randbit-digits.json). The digits give 11 steps an epoch (the colab's MNIST 60), so the
 # online probe learns with a larger rate than the encoder
 RANDBIT_CONFIG = SuppressionConfig(width=8, epochs=20, probe_lr=1e-2)
 PROBE_MODES = {"shared": "_shared", "zero": "", "own": "_own_bits"}  # post-hoc probes: eval bits -> suffix of the row's keys
@@ -492,7 +492,7 @@ def make_multidigits(
 
 # %% ../nbs/12_feature_suppression.ipynb #d08e8e14
 SCALES = (1.0, 1.25, 1.5, 1.75, 2.0)
-MULTIDIGITS_CONFIG = SuppressionConfig(width=16, epochs=10, crop_scale=(0.8, 1.0))  # the full grid: 15 runs, 4–5 minutes
+MULTIDIGITS_CONFIG = SuppressionConfig(width=16, epochs=10, crop_scale=(0.8, 1.0))  # the full grid: 15 runs
 
 def multidigits_run(
     scale: float,                                   # the big digit's size over the small one's, in [1, 2]
