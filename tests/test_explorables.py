@@ -4,7 +4,9 @@ numbers read back from the page's plotly divs and compared with what ``ctl_explo
 Uses the site that ``browser_setup.built_site`` builds once per session (``--only``: lessons 02, 91, 92 and the index,
 plus ``explorables.html``). The temperature explorer is checked on ``explorables.html`` (τ dragged from 1 to 0.05 with
 the keyboard, α, λ, K, s_ii typed, each set of negatives chosen, the log axis, a refused value) and on lesson 02's page;
-the playground's replay is scrubbed, switched to other τ and losses, and played to its end. Numbers agree to 1e-6
+the playground's replay is scrubbed, switched to other τ and losses, and played to its end; lessons 09, 10 and 12's
+shipped results (one loss and τ, one loss or seed, one τ at a time) show the numbers of the library's own figure
+functions for the option picked. Numbers agree to 1e-6
 relative (to each number for r_i and the gradients, to the curve's largest value for the curves over τ, whose values
 near zero are sums taken in another order); the replay's points are the library's rounded to int16 (within 2e-5).
 Throughout, no console error, no page error and no request outside ``file://``.

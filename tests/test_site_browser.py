@@ -1,8 +1,8 @@
 """The course as a static site: built by its one command, then its pages read from disk in headless Chromium.
 
 The module builds the site once per session (``python -m ctl_explore.site --out <tmp> --only SITE_ONLY``, see
-``browser_setup``: lessons 02, 91, 92 and the index by default, about two minutes on 2 cores; ``CTL_SITE_ONLY=.``
-builds every lesson) and checks it twice over: without a browser (a page for every lesson built, the hidden cells --
+``browser_setup``: lessons 02, 91, 92 and the index by default, 154-222 s on 2 cores shared with other jobs;
+``CTL_SITE_ONLY=.`` builds every lesson) and checks it twice over: without a browser (a page for every lesson built, the hidden cells --
 the exercises' solutions among them -- on none of them, the build leaves nothing new in the repository) and in
 Chromium from ``file://`` (no network request, no console or page error, every plotly figure drawn, the math typeset
 with no TeX left raw, no nbdev directive in the code shown, every widget shown as its snapshot or its explorable, the
