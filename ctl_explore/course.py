@@ -148,9 +148,12 @@ def plan_markdown(name: str) -> str:
 
 # %% ../nbs/93_course_kit.ipynb #5bf99b32
 def answer_key(path: str | Path) -> list[dict]:
-    "The exercises of one lesson: [{'question': markdown, 'solutions': [code, ...]}] in order; the solutions are the hidden cells after its Solutions heading."
+    "One lesson's exercises: {'questions': the markdown from its Exercises heading to its References, 'solutions': the code cells after its Solutions heading}."
     cells = json.loads(Path(path).read_text())["cells"]
-    questions = [_source(c) for c in cells if c["cell_type"] == "markdown" and _EXERCISE.search(_source(c))]
+    heading = lambda c, pattern: c["cell_type"] == "markdown" and re.match(rf"#+\s*{pattern}\b", _source(c).strip())
+    first = next((i for i, c in enumerate(cells) if heading(c, "Exercises")), len(cells))
+    last = next((i for i, c in enumerate(cells) if i > first and heading(c, "(References|Solutions)")), len(cells))
+    questions = [_source(c) for c in cells[first:last] if c["cell_type"] == "markdown"]  # the exercises' text, from their heading on
     start = next((i for i, c in enumerate(cells) if c["cell_type"] == "markdown" and re.match(r"#+\s*Solutions", _source(c).strip())), None)
     solutions = [] if start is None else [_source(c) for c in cells[start + 1:] if c["cell_type"] == "code"]
     strip = lambda s: "\n".join(l for l in s.splitlines() if not l.lstrip().startswith("#|")).strip()

@@ -1,0 +1,76 @@
+"""The instructor's kit stays true: the reading-time tables in README.md and nbs/index.ipynb are what the stated rule
+gives on the notebooks as they are; the class plans name sections that exist; the answer key holds every lesson's
+hidden solutions; every exercise check and solution is out of sight in JupyterLab."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from ctl_explore.course import PLANS, answer_key, check_plan, is_hidden, lesson_stats, lessons, reading_table
+
+ROOT = Path(__file__).resolve().parents[1]
+NBS = ROOT / "nbs"
+START, END = "<!-- reading-times: made by ctl_explore.course.reading_table -->", "<!-- /reading-times -->"
+
+
+def _table(text: str) -> str:
+    assert START in text and END in text, f"the reading-time table's markers {START!r} … {END!r} are missing"
+    return text[text.index(START) + len(START):text.index(END)].strip()
+
+
+def test_readme_reading_times_are_recounted():
+    assert _table((ROOT / "README.md").read_text()) == reading_table(NBS, link="nbs/")
+
+
+def test_index_reading_times_are_recounted():
+    cells = json.loads((NBS / "index.ipynb").read_text())["cells"]
+    text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    assert _table(text) == reading_table(NBS)
+
+
+def test_the_rule_counts_what_it_says(tmp_path):
+    "A lesson grows by 130 words and 10 visible lines: two minutes more, before rounding; hidden lines count nothing."
+    base = lesson_stats(NBS / "00_losses.ipynb")
+    nb = json.loads((NBS / "00_losses.ipynb").read_text())
+    nb["cells"].append({"cell_type": "markdown", "metadata": {}, "source": "word " * 130})
+    nb["cells"].append({"cell_type": "code", "metadata": {}, "outputs": [], "source": "x = 1\n" * 10})
+    nb["cells"].append({"cell_type": "code", "metadata": {"jupyter": {"source_hidden": True}}, "outputs": [], "source": "y = 2\n" * 50})
+    (tmp_path / "00_x.ipynb").write_text(json.dumps(nb))
+    grown = lesson_stats(tmp_path / "00_x.ipynb")
+    assert (grown.words - base.words, grown.code_lines - base.code_lines) == (130, 10)
+
+
+@pytest.mark.parametrize("name", list(PLANS))
+def test_plans_name_sections_that_exist(name):
+    check_plan(PLANS[name], NBS)
+
+
+def test_answer_key_has_every_solution():
+    for path in lessons(NBS):
+        cells = json.loads(path.read_text())["cells"]
+        titles = ["".join(c["source"]).strip() for c in cells if c["cell_type"] == "markdown"]
+        if not any(re.match(r"#+\s*Solutions", t) for t in titles): continue
+        key = answer_key(path)
+        assert key["questions"] and key["solutions"], f"{path.name}: the answer key is empty"
+
+
+def test_exercise_checks_and_solutions_are_out_of_sight():
+    "In every lesson with exercises, each cell that defines a check (def check_...) or sits after 'Solutions' is #| hide and collapsed."
+    bad = []
+    for path in lessons(NBS):
+        cells = json.loads(path.read_text())["cells"]
+        after_solutions = False
+        for i, c in enumerate(cells):
+            src = "".join(c["source"])
+            if c["cell_type"] == "markdown":
+                if re.match(r"#+\s*Solutions", src.strip()): after_solutions = True
+                continue
+            defines_check = re.search(r"^def check_(exercise|\w+)\(", src, re.M) and "## Exercises" in "".join(
+                "".join(x["source"]) for x in cells[:i] if x["cell_type"] == "markdown")
+            if (after_solutions or defines_check) and not (src.lstrip().startswith("#| hide")
+                                                          and c.get("metadata", {}).get("jupyter", {}).get("source_hidden")):
+                bad.append(f"{path.name} cell {i}")
+    assert not bad, f"exercise checks or solutions visible in JupyterLab or on the site: {bad}"
