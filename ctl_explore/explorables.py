@@ -271,11 +271,11 @@ EXPLORABLES_JS = r"""// The site's explorables, drawn with the local plotly.js a
     var r = spec.ranges;
     this.controls = {
       tau: numberControl(col1, {name: "tau", label: "τ", log: true, min: r.tau[0], max: r.tau[1], step: 0.01, value: s.tau},
-                         function (v) { s.tau = v; self.update("tau"); }, say),
+                         function (v) { s.tau = v; self.request("tau"); }, say),
       alpha: numberControl(col1, {name: "alpha", label: "α", min: r.alpha[0], max: r.alpha[1], step: 0.01, value: s.alpha},
-                           function (v) { s.alpha = v; self.update("alpha"); }, say),
+                           function (v) { s.alpha = v; self.request("alpha"); }, say),
       lam: numberControl(col1, {name: "lam", label: "λ", log: true, min: r.lam[0], max: r.lam[1], step: 0.01, value: s.lam},
-                         function (v) { s.lam = v; self.update("lam"); }, say)};
+                         function (v) { s.lam = v; self.request("lam"); }, say)};
     var srow = el("label", {"class": "ctl-x-control"}, col2);
     el("span", {"class": "ctl-x-desc"}, srow, "negatives");
     var select = el("select", {"data-ctl-control": "source"}, srow);
@@ -284,20 +284,20 @@ EXPLORABLES_JS = r"""// The site's explorables, drawn with the local plotly.js a
       if (key === s.source) opt.selected = true;
     });
     this.controls.k = numberControl(col2, {name: "k", label: "K", integer: true, min: 2, max: spec.sources[s.source].max_k, step: 1,
-                                           value: s.k}, function (v) { s.k = v; self.update("k"); }, say);
+                                           value: s.k}, function (v) { s.k = v; self.request("k"); }, say);
     this.controls.pos = numberControl(col2, {name: "pos", label: "s_ii", min: r.pos[0], max: r.pos[1], step: 0.01, value: s.pos},
-                                      function (v) { s.pos = v; self.update("pos"); }, say);
+                                      function (v) { s.pos = v; self.request("pos"); }, say);
     select.addEventListener("change", function () {  // a new kind of set: K clamped to what it has, s_ii its own
       s.source = select.value;
       var src = spec.sources[s.source];
       s.k = Math.min(s.k, src.max_k); s.pos = src.pos;
       self.controls.k.set(s.k, src.max_k); self.controls.pos.set(s.pos);
-      self.update("source");
+      self.request("source");
     });
     var lrow = el("label", {"class": "ctl-x-control"}, col2), log = el("input", {type: "checkbox", "data-ctl-control": "log_r"}, lrow);
     el("span", {}, lrow, " log scale for r_i");
     log.checked = !!s.log_r;
-    log.addEventListener("change", function () { s.log_r = log.checked; self.update("log_r"); });
+    log.addEventListener("change", function () { s.log_r = log.checked; self.request("log_r"); });
     this.figs = {}; this.divs = {};
     ["penalty", "entropy", "loss", "gradient"].forEach(function (name) {
       self.figs[name] = figure(spec, name);
@@ -309,9 +309,24 @@ EXPLORABLES_JS = r"""// The site's explorables, drawn with the local plotly.js a
     var neg = s.source === "spread" ? M.linspace(s.k) : src.draws.slice(0, s.k).sort(function (a, b) { return a - b; });
     return neg;
   };
-  TemperatureExplorer.prototype.update = function (what) {
+  // A control asks for a redraw; while one is being drawn, later requests are merged into the next, so that a fast
+  // drag draws its latest value instead of queueing every step it passed.
+  TemperatureExplorer.prototype.request = function (what) {
+    var self = this;
+    this.pending = this.pending || {};
+    this.pending[what] = true;
+    if (this.busy) return;
+    this.busy = true;
+    (function next() {
+      var kinds = self.pending; self.pending = null;
+      self.update(kinds).then(function () { if (self.pending) requestAnimationFrame(next); else self.busy = false; },
+                              function (e) { self.busy = false; throw e; });
+    })();
+  };
+  TemperatureExplorer.prototype.update = function (what) {  // what: a kind ("tau", "k", ...) or {kind: true, ...}
+    if (typeof what === "string") { var one = {}; one[what] = true; what = one; }
     var t0 = performance.now(), s = this.state, spec = this.spec, F = this.figs, taus = spec.tau_grid, self = this;
-    var redoSet = what === "init" || what === "source" || what === "k";
+    var redoSet = what.init || what.source || what.k;
     if (redoSet) {
       this.neg = this.negatives();
       var neg = this.neg, counts = M.histc(neg, spec.n_bins, -1, 1), centres = [];
@@ -323,7 +338,7 @@ EXPLORABLES_JS = r"""// The site's explorables, drawn with the local plotly.js a
       F.entropy.data[4].x = [taus[0], taus[taus.length - 1]]; F.entropy.data[4].y = [Math.log(neg.length), Math.log(neg.length)];
     }
     var neg = this.neg;
-    if (redoSet || what === "pos") {
+    if (redoSet || what.pos) {
       var c = this.curves = M.lossCurves(s.pos, neg, taus);
       this.regimes = M.limitRegimes(c, taus);
       var top = Math.max.apply(null, c.loss), bottom = Math.max(Math.min.apply(null, c.loss), top * 1e-4);
@@ -333,7 +348,7 @@ EXPLORABLES_JS = r"""// The site's explorables, drawn with the local plotly.js a
       F.loss.layout.shapes[0].x0 = low; F.loss.layout.shapes[0].x1 = this.regimes[0] || low;
       F.loss.layout.shapes[1].x0 = this.regimes[1] || high; F.loss.layout.shapes[1].x1 = high;
     }
-    if (redoSet || what === "alpha") {
+    if (redoSet || what.alpha) {
       this.sAlpha = M.sAlpha(neg, s.alpha); this.nKept = M.nInformative(neg.length, s.alpha);
       F.penalty.layout.shapes[0].x0 = this.sAlpha;
       F.entropy.data[1].x = taus; F.entropy.data[1].y = M.entropyCurve(neg, taus, s.alpha);

@@ -192,6 +192,21 @@ def test_dragging_tau_from_1_to_0_05(page):
     assert len(timings) >= 130
 
 
+def test_a_fast_drag_ends_drawn_at_the_value_reached(page):
+    "Twenty key presses without waiting: redraws are merged while one is drawn, and the last one shows the last value."
+    _type(page, "tau", 0.5)
+    before = _updates(page)
+    page.locator(f"{EXPLORER} [data-ctl-control=tau]").focus()
+    for _ in range(20):
+        page.keyboard.press("ArrowLeft")
+    page.wait_for_function(f"() => {{ const x = document.querySelector(\"{EXPLORER}\").ctlExplorable; return !x.busy && !x.pending; }}",
+                           timeout=60_000)
+    shown = _read(page)
+    assert shown["state"]["tau"] == pytest.approx(10 ** (round(math.log10(0.5), 2) - 0.2), rel=1e-9)
+    assert 1 <= shown["state"]["updates"] - before <= 20
+    _check_explorer(shown)
+
+
 def test_tau_at_both_ends(page):
     for tau in (0.01, 10, 3.0):
         _type(page, "tau", tau)
