@@ -218,6 +218,7 @@ def dot_products(
     up = lambda t: t if t.dtype == torch.float64 else t.float()  # lesson 14's appendix: why the losses never run in bfloat16
     return _Float32Dot.apply(up(a), up(b))
 
+# %% ../nbs/00_losses.ipynb #h7ef0e75
 def pair_similarities(
     z1: Tensor, # [B, d] embeddings of the first view (L2-normalise them for cosine similarities)
     z2: Tensor, # [B, d] embeddings of the second view of the same B samples
