@@ -597,23 +597,24 @@ def _peer_failure(e: BaseException, rank: int, world: int) -> ProcessGroupError 
         f"({str(e).strip().splitlines()[0][:200]}); another process failed (see its error) or did not answer within "
         f"{dist_timeout():g} s ({DIST_TIMEOUT_ENV}). Run the same command to resume from the last checkpoint")
 
-class _AllReduceSum(torch.autograd.Function):
-    "all_reduce(SUM) whose gradient is all-reduced too: the backward of a sum over every process's rows."
+class _AllGather(torch.autograd.Function):
+    "all_gather into [world, *shape] whose gradient flows back to each process's own row (summed over every process's use of it)."
     @staticmethod
     def forward(ctx, t: Tensor, group) -> Tensor:
-        ctx.group = group
-        t = t.clone()
-        dist.all_reduce(t, group=group)
-        return t
+        ctx.group, ctx.rank = group, dist.get_rank(group)
+        out = t.new_empty((dist.get_world_size(group),) + tuple(t.shape))
+        dist.all_gather(list(out.unbind(0)), t.contiguous(), group=group)
+        return out
     @staticmethod
     def backward(ctx, grad: Tensor):
-        grad = grad.clone()
+        grad = grad.contiguous().clone()
         dist.all_reduce(grad, group=ctx.group)
-        return grad, None
+        return grad[ctx.rank], None
 
 class GlobalBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
-    """Batch norm whose training statistics are the global batch's over every process: one all-reduce of each channel's
-    [sum, sum of squares] and the row count per layer (its gradient another), and no boolean mask, so no host read.
+    """Batch norm whose training statistics are the global batch's over every process: each process's row count, mean
+    and sum of squared deviations are gathered in one collective per layer (their gradient in another) and combined
+    exactly (Chan's parallel variance, without the cancellation of E[x²] − mean²); no boolean mask, so no host read.
     In evaluation mode, or in a single process, it is the ordinary batch norm."""
     def _check_input_dim(self, x: Tensor) -> None:
         if x.dim() < 2: raise ValueError(f"GlobalBatchNorm expects a batch of shape [N, C, ...], got shape {tuple(x.shape)}")
@@ -623,18 +624,21 @@ class GlobalBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
             return super().forward(x)
         self._check_input_dim(x)
         c, dims, xf = x.shape[1], [0] + list(range(2, x.dim())), x.float()
-        local = torch.cat([xf.sum(dims), (xf * xf).sum(dims), xf.new_full((1,), x.numel() // c)])
-        total = _AllReduceSum.apply(local, None)
-        n = total[2 * c]
-        mean = total[:c] / n
-        var = (total[c:2 * c] / n - mean * mean).clamp_min(0)
+        shape = [1, c] + [1] * (x.dim() - 2)
+        rows = x.numel() // c                                      # this process's values per channel (a Python int: no read)
+        mean_p = xf.sum(dims) / max(rows, 1)
+        m2_p = (xf - mean_p.view(shape)).square().sum(dims)
+        parts = _AllGather.apply(torch.cat([xf.new_full((1,), rows), mean_p, m2_p]), None)  # [world, 1 + 2C]
+        n_p, means, m2s = parts[:, :1], parts[:, 1:c + 1], parts[:, c + 1:]
+        n = n_p.sum(0)
+        mean = (n_p * means).sum(0) / n
+        var = (m2s.sum(0) + (n_p * (means - mean).square()).sum(0)) / n
         if self.track_running_stats:
             with torch.no_grad():
                 self.num_batches_tracked.add_(1)
                 m = self.momentum if self.momentum is not None else 1 / self.num_batches_tracked  # cumulative average without momentum
                 self.running_mean.mul_(1 - m).add_(m * mean)
                 self.running_var.mul_(1 - m).add_(m * var * n / (n - 1).clamp_min(1))
-        shape = [1, c] + [1] * (x.dim() - 2)
         y = (xf - mean.view(shape)) * torch.rsqrt(var.view(shape) + self.eps)
         if self.affine: y = y * self.weight.view(shape) + self.bias.view(shape)
         return y.to(x.dtype)
