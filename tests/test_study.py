@@ -283,7 +283,7 @@ def test_each_rule_breaking_table_gets_the_verdict_it_deserves(name):
 
 
 def test_the_shipped_study_rejudged_names_the_reversal_at_small_tau():
-    shipped = load_results(Path(__file__).parents[1] / "data/study-digits/results.json")
+    shipped = load_results(Path(__file__).parents[1] / "data/study-digits/fourth-run/results.json")
     found = findings(shipped)
     assert found[0].verdict == "partly reproduced" and "τ = 0.05 and 0.1" in found[0].where
     assert found[4].verdict == "partly reproduced" and "τ = 0.05 and 0.1" in found[4].where
@@ -328,7 +328,7 @@ def test_stability_and_dependence():
 
 
 def test_report_sections_say_family_stability_dependence_history_and_breaks():
-    shipped = load_results(Path(__file__).parents[1] / "data/study-digits/results.json")
+    shipped = load_results(Path(__file__).parents[1] / "data/study-digits/fourth-run/results.json")
     sections = dict(report_sections(shipped, resamples=5))
     assert list(sections) == ["The family of tests and multiplicity", "Stability of each verdict under seed resampling",
                               "How finding 6 depends on the others", "The protocol's history", "Where a claim breaks"]
