@@ -590,7 +590,7 @@ _PEER_FAILURE = re.compile(r"gloo|nccl|connection (reset|closed)|timed out|timeo
 
 def _peer_failure(e: BaseException, rank: int, world: int) -> ProcessGroupError | None:
     "The sentence for a collective that failed because another process failed or went silent; None for any other error."
-    if world <= 1 or not isinstance(e, RuntimeError) or isinstance(e, (CheckpointError, RunFolderError)): return None
+    if world <= 1 or not isinstance(e, RuntimeError) or isinstance(e, (CheckpointError, RunFolderError, TrainingDivergedError)): return None
     if not (isinstance(e, getattr(dist, "DistError", ())) or _PEER_FAILURE.search(str(e))): return None
     return ProcessGroupError(
         f"process {rank} of {world} stopped: a collective operation with the other processes failed "

@@ -291,3 +291,16 @@ def test_two_processes_with_batch_norm_train_as_one(tmp_path):
     print(f"GlobalBatchNorm: loss {loss_g:.1e}, weights {weight_g:.1e}; per process: loss {loss_p:.1e}, weights {weight_p:.1e}")
     assert loss_g < 1e-5 and weight_g < 1e-3, (loss_g, weight_g)   # measured: 4e-7 and 3e-4
     assert loss_p > 10 * loss_g and weight_p > 3 * weight_g, (loss_p, weight_p, loss_g, weight_g)
+
+
+def test_only_a_failed_collective_is_called_a_lost_peer():
+    from ctl_explore.train import CheckpointError, TrainingDivergedError, _peer_failure
+    gloo = RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:545] Read error: Connection reset by peer")
+    lost = _peer_failure(gloo, 1, 4)
+    assert isinstance(lost, ProcessGroupError) and str(lost).startswith("process 1 of 4 stopped") and DIST_TIMEOUT_ENV in str(lost)
+    assert _peer_failure(dist.DistBackendError("NCCL watchdog thread terminated"), 0, 2) is not None
+    # errors of the run itself keep their own sentence, even when their words look like a collective's
+    for own in (TrainingDivergedError("training diverged at epoch 3 (a timeout of patience)"),
+                CheckpointError("checkpoint.pt is damaged (gloo)"), RuntimeError("index 7 is out of bounds"), ValueError("timeout")):
+        assert _peer_failure(own, 0, 2) is None, own
+    assert _peer_failure(gloo, 0, 1) is None  # one process has no peers to lose
