@@ -17,7 +17,7 @@ PACKAGE = ROOT / "ctl_explore"
 MODULE_EXTRAS = {"site": "site", "selection": "fast"}
 # Distributions a declared one relies on only through another's import name, or pulls in for a reason the import
 # scan cannot see.
-NOT_IMPORTED_BY_NAME = {"ipykernel": "the kernel the site's nbclient starts", "jupyter-server-mathjax": "files the site copies",
+NOT_IMPORTED_BY_NAME = {"anywidget": "plotly imports it for go.FigureWidget", "ipykernel": "the kernel the site's nbclient starts", "jupyter-server-mathjax": "files the site copies",
                         "nbconvert": "imported", "pillow": "imported as PIL"}
 
 
@@ -72,3 +72,9 @@ def test_the_dev_extras_take_the_course_the_site_and_the_fast_path():
     dev = _project()["optional-dependencies"]["dev"]
     assert any(r.startswith("ctl-explore[") and {"course", "site", "fast"} <= set(r[r.index("[") + 1:r.index("]")].split(","))
                for r in dev), dev
+
+
+def test_figure_widgets_work():
+    "plotly's FigureWidget, which lessons 02 and 12 draw with, needs anywidget: declared above, so it must build."
+    import plotly.graph_objects as go
+    go.FigureWidget([go.Scatter(x=[0, 1], y=[0, 1])])
