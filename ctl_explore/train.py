@@ -553,7 +553,9 @@ def _join_group(backend: str, timeout: float, **kw) -> None:
     "init_process_group in a helper thread, so that the main thread stays in Python and Ctrl-C stops the wait; a timeout is a sentence."
     error: list[BaseException] = []
     def join():
-        try: dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout), **kw)
+        try:
+            if "device_id" in kw: torch.cuda.set_device(kw["device_id"])  # CUDA's current device is per thread: this one's too
+            dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout), **kw)
         except BaseException as e: error.append(e)
     waiter = threading.Thread(target=join, name="ctl_explore-join-process-group", daemon=True)
     waiter.start()

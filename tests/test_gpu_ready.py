@@ -77,7 +77,9 @@ def test_a_process_takes_its_gpu_before_it_joins_the_group(fake_gpus):
     assert train_mod._init_distributed(resolve_device("cuda"))
     # issue 24: the group waits for its members, and in every collective, at most CTL_EXPLORE_DIST_TIMEOUT seconds (600 unset)
     bounded = {"timeout": datetime.timedelta(seconds=600)}
-    assert calls == [("set_device", torch.device("cuda", 2)), ("init", "nccl", {"device_id": torch.device("cuda", 2), **bounded})]
+    # the group is joined in a helper thread (so that Ctrl-C can stop the wait), which makes the GPU current there too
+    assert calls == [("set_device", torch.device("cuda", 2)), ("set_device", torch.device("cuda", 2)),
+                     ("init", "nccl", {"device_id": torch.device("cuda", 2), **bounded})]
     calls.clear()
     assert train_mod._init_distributed(torch.device("cpu"))
     assert calls == [("init", "gloo", bounded)]
