@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['WORDS_PER_MINUTE', 'CODE_LINES_PER_MINUTE', 'MINUTES_PER_EXERCISE', 'READING_RULE', 'PLANS', 'is_hidden',
-           'count_exercises', 'LessonStats', 'lesson_stats', 'lessons', 'reading_table', 'Slot', 'headings',
-           'check_plan', 'plan_markdown', 'answer_key', 'answer_key_html']
+__all__ = ['WORDS_PER_MINUTE', 'CODE_LINES_PER_MINUTE', 'MINUTES_PER_EXERCISE', 'READING_RULE', 'PLANS', 'KEY_FIGURE_LESSONS',
+           'is_hidden', 'count_exercises', 'LessonStats', 'lesson_stats', 'lessons', 'reading_table', 'Slot',
+           'headings', 'check_plan', 'plan_markdown', 'answer_key', 'answer_key_html', 'figure_blocks', 'figures_page',
+           'instructors_page']
 
 # %% ../nbs/93_course_kit.ipynb #e83790cb
 WORDS_PER_MINUTE = 130
@@ -171,3 +172,56 @@ def answer_key_html(nbs: str | Path = ".") -> str:
         parts += [f"<div class='q'><pre>{html.escape(q)}</pre></div>" for q in key["questions"]]
         parts.append("<h3>Solutions</h3>" + "".join(f"<pre>{html.escape(s)}</pre>" for s in key["solutions"]))
     return "\n".join(parts)
+
+# %% ../nbs/93_course_kit.ipynb #2dc7c79a
+KEY_FIGURE_LESSONS = ("00_losses", "01_gradients", "03_metrics", "06_memory_bank", "07_pretrain", "08_linear_eval",
+                      "09_temperature_study", "10_embeddings", "11_generalized_losses", "12_feature_suppression")
+_FIGURE = re.compile(r'<div class="ctl-plotly"><script type="application/json">(.*?)</script></div>', re.S)
+
+def figure_blocks(page_html: str) -> list[str]:
+    "The plotly figure blocks of a site page, in page order (lesson 91's `figure_html` markup)."
+    return [m.group(0) for m in _FIGURE.finditer(page_html)]
+
+def _figure_title(block: str) -> str:
+    layout = json.loads(_FIGURE.match(block).group(1)).get("layout", {})
+    title = layout.get("title", {})
+    return (title.get("text") if isinstance(title, dict) else title) or ""
+
+def _page(title: str, body: str, nav: str = "", extra_css: str = "") -> str:
+    return ("<!doctype html><html><head><meta charset='utf-8'>"
+            f"<title>{html.escape(title)}</title><link rel='stylesheet' href='assets/site.css'>"
+            "<script src='assets/plotly.min.js'></script><script src='assets/site.js'></script>"
+            f"<style>body{{font-family:sans-serif;max-width:1100px;margin:0 auto;padding:0 1em}}{extra_css}</style></head>"
+            f"<body>{nav}<h1>{html.escape(title)}</h1>{body}{nav}</body></html>")
+
+def figures_page(pages: dict[str, str], titles: dict[str, str], nav: str = "") -> str:
+    "One screen per key figure: the first figure of each lesson in KEY_FIGURE_LESSONS, from its built page's HTML (`pages`: stem -> html)."
+    sections = []
+    for stem in KEY_FIGURE_LESSONS:
+        head = f"Lesson {html.escape(stem[:2])} · {html.escape(titles.get(stem, stem))}"
+        blocks = figure_blocks(pages.get(stem, ""))
+        if not blocks:
+            why = "its page has no figure" if stem in pages else "this site has no page for it (built with --only)"
+            sections.append(f"<section class='ctl-slide'><h2>{head}</h2><p class='ctl-skip-note'>No figure: {why}.</p></section>")
+            continue
+        sub = html.escape(_figure_title(blocks[0]))
+        sections.append(f"<section class='ctl-slide'><h2>{head}</h2>{f'<p>{sub}</p>' if sub else ''}"
+                        f"<p><a href='{html.escape(stem)}.html'>the lesson</a></p>{blocks[0]}</section>")
+    css = ".ctl-slide{min-height:100vh;box-sizing:border-box;padding:1em 0;border-bottom:1px solid #ddd}"
+    return _page("Key figures, one per screen", "<p>For projecting: each core lesson's first figure, as the lesson computed it when this site was built.</p>"
+                 + "".join(sections), nav, css)
+
+def instructors_page(nbs: str | Path = ".", nav: str = "") -> str:
+    "The instructors' page: the reading-time rule and table, both class plans, and links to the figures and the answer key."
+    rows = "".join(f"<tr><td><a href='{p.stem}.html'>{p.stem[:2]}</a></td><td>{s.words:,}</td><td>{s.code_lines:,}</td><td>{s.exercises}</td><td>{s.minutes} min</td></tr>"
+                   for p in lessons(nbs) for s in [lesson_stats(p)])
+    plans = "".join(f"<h3>{html.escape(name)} ({sum(s.minutes for s in plan)} minutes)</h3><ul>"
+                    + "".join(f"<li>{s.minutes} min, <a href='{s.lesson}.html'>lesson {s.lesson[:2]}</a>: "
+                              + "; ".join(f"<em>{html.escape(h)}</em>" for h in s.show) + (f". {html.escape(s.note)}" if s.note else "") + "</li>"
+                              for s in plan) + "</ul>" for name, plan in PLANS.items())
+    body = ("<p><a href='figures.html'>Key figures, one per screen</a> · <a href='answer-key.html'>The answer key</a> · "
+            "<a href='explorables.html'>Explorables without a kernel</a></p>"
+            f"<h2>Class plans</h2>{plans}<h2>Reading times</h2><p>By a stated rule: {html.escape(READING_RULE)}.</p>"
+            "<table><tr><th>lesson</th><th>words</th><th>visible lines of code</th><th>exercises</th><th>reading time</th></tr>"
+            f"{rows}</table>")
+    return _page("For instructors", body, nav)

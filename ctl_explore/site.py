@@ -20,10 +20,11 @@ from pathlib import Path
 
 # %% auto #0
 __all__ = ['WIDGET_NOTE', 'WIDGET_MIME', 'SNAPSHOTS_MIME', 'LIVE_NOTE', 'SKIP_TAG', 'PLOTLY_MIME', 'MATHJAX_CONFIG', 'TEMPLATE',
-           'SITE_JS', 'SITE_CSS', 'SITE_MARKER', 'EXPLORABLES_LINK', 'cell_directives', 'directive_free', 'skip_reason',
-           'is_hidden', 'figure_html', 'widget_snapshot', 'final_snapshots', 'prepare_kernel', 'SiteError',
-           'execute_lesson', 'page_notebook', 'rewrite_links', 'lesson_notebooks', 'page_title', 'claim_folder',
-           'page_exporter', 'render_page', 'failed_page', 'mark_failed', 'build_site', 'main']
+           'SITE_JS', 'SITE_CSS', 'SITE_MARKER', 'EXPLORABLES_LINK', 'INSTRUCTORS_LINK', 'cell_directives',
+           'directive_free', 'skip_reason', 'is_hidden', 'figure_html', 'widget_snapshot', 'final_snapshots',
+           'prepare_kernel', 'SiteError', 'execute_lesson', 'page_notebook', 'rewrite_links', 'lesson_notebooks',
+           'page_title', 'claim_folder', 'page_exporter', 'render_page', 'failed_page', 'mark_failed', 'build_site',
+           'main']
 
 # %% ../nbs/91_site.ipynb #s005
 _DIRECTIVE = re.compile(r"^\s*#\|\s*([\w-]+)\s*:?\s*(.*?)\s*$")
@@ -534,6 +535,18 @@ EXPLORABLES_LINK = ('<p class="ctl-explorables-link"><a href="explorables.html">
                     'explorer and hypersphere playground, and lessons 09 and 12\'s shipped results one setting at a time, '
                     'working in the page with no Python behind them.</p>')
 
+INSTRUCTORS_LINK = ('<p class="ctl-instructors-link"><a href="instructors.html">For instructors</a>: the class plans and reading times, '
+                    '<a href="figures.html">the key figures one per screen</a>, and <a href="answer-key.html">the answer key</a>.</p>')
+
+def _instructors_pages(out: Path, nbs: Path, titles: dict[str, str], failed_pages: list[str], nav: str) -> None:
+    "instructors.html, figures.html (each core lesson's first figure, from its page on this site) and answer-key.html (appendix 93)."
+    from ctl_explore.course import KEY_FIGURE_LESSONS, answer_key_html, figures_page, instructors_page
+    pages = {stem: (out / f"{stem}.html").read_text(encoding="utf-8") for stem in KEY_FIGURE_LESSONS
+             if (out / f"{stem}.html").exists() and f"{stem}.html" not in failed_pages}
+    (out / "instructors.html").write_text(instructors_page(nbs, nav), encoding="utf-8")
+    (out / "figures.html").write_text(figures_page(pages, titles, nav), encoding="utf-8")
+    (out / "answer-key.html").write_text(answer_key_html(nbs), encoding="utf-8")
+
 def build_site(out: str | Path = "_site", nbs: str | Path | None = None, jobs: int = 2, only: str | None = None,
                progress: bool = True, explorables: bool = True) -> Path:
     "Run every lesson in `nbs` (default: the project's nbs/) on `jobs` processes and write the static site to `out`."
@@ -555,7 +568,7 @@ def build_site(out: str | Path = "_site", nbs: str | Path | None = None, jobs: i
     # The titles, and so every page's links, come from the notebooks' markdown: known before anything runs, so that
     # each worker can write its page as soon as its lesson has run.
     order = [(p.stem, page_title(nbformat.read(p, as_version=4), p.stem)) for p in notebooks]
-    toc = '<nav class="ctl-toc">' + (EXPLORABLES_LINK if explorables else "") + '<h2 id="ctl-all-pages">Every page of this site</h2><ul>' + "".join(
+    toc = '<nav class="ctl-toc">' + (EXPLORABLES_LINK if explorables else "") + INSTRUCTORS_LINK + '<h2 id="ctl-all-pages">Every page of this site</h2><ul>' + "".join(
         f'<li><a href="{stem}.html">{html.escape(stem.split("_")[0])} · {html.escape(title)}</a></li>'
         for stem, title in order if stem != "index") + "</ul></nav>"
     entries, failures = {}, {}
@@ -588,6 +601,7 @@ def build_site(out: str | Path = "_site", nbs: str | Path | None = None, jobs: i
         index = (out / "index.html").read_text(encoding="utf-8")
         marked = mark_failed(index, failed_pages, built_pages)
         if marked != index: (out / "index.html").write_text(marked, encoding="utf-8")
+    _instructors_pages(out, nbs, dict(order), failed_pages, index_nav)
     manifest = [entries[p] for p in notebooks if p in entries]
     (out / "site.json").write_text(json.dumps({"pages": manifest, "explorables": entries.get("explorables"),
                                                "failed": {("explorables.html" if p == "explorables" else p.name): m for p, m in failures.items()},

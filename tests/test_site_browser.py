@@ -301,3 +301,29 @@ def test_a_lesson_that_fails_in_a_rebuild_leaves_no_old_page(tmp_path):
     assert "second lesson, version 2" in (out / "01_second.html").read_text(encoding="utf-8")
     index = (out / "index.html").read_text(encoding="utf-8")
     assert 'class="ctl-not-built"' not in index and '<li><a href="01_second.html">' in index
+
+
+@_needs_browser
+def test_instructors_pages_read_offline(site, browser):
+    "instructors.html (plans, reading times), figures.html (one screen per key lesson) and answer-key.html, linked from the index."
+    from ctl_explore.course import KEY_FIGURE_LESSONS, PLANS
+    out, _, _ = site
+    index = (out / "index.html").read_text()
+    assert all(f'href="{p}"' in index for p in ("instructors.html", "figures.html", "answer-key.html"))
+    for page in ("instructors.html", "figures.html"):
+        context, pg, seen = open_page(browser, out / page)
+        try:
+            text = pg.inner_text("body")
+            assert not pg.evaluate("window.ctlSite.errors") and not seen["console"] and not seen["pageerror"], (page, seen)
+            assert not seen["network"], seen["network"]
+            if page == "instructors.html": assert all(name in text for name in PLANS)
+            else:
+                assert pg.locator("section.ctl-slide").count() == len(KEY_FIGURE_LESSONS)
+                built = [s for s in KEY_FIGURE_LESSONS if (out / f"{s}.html").exists()]
+                drawn = pg.evaluate("() => document.querySelectorAll('section.ctl-slide .js-plotly-plot svg.main-svg').length")
+                assert drawn >= len(built), (drawn, built)
+                assert text.count("this site has no page for it") == len(KEY_FIGURE_LESSONS) - len(built)
+        finally:
+            context.close()
+    key = (out / "answer-key.html").read_text()
+    assert "<script" not in key and "Lesson 11_generalized_losses" in key and "check_exercise_1(" in key
