@@ -16,7 +16,7 @@ from .data import DATASETS
 from .generalized import FEATURE_LOSS_NAMES
 from .losses import LOSS_NAMES
 from .models import BACKBONES, HEADS, NORMS, STEMS
-from .train import (NEGATIVES, PRECISIONS, PRETRAIN_LOSSES, CheckpointError, PretrainConfig, RunFolderError,
+from .train import (NEGATIVES, PRECISION_CHOICES, PRECISIONS, PRETRAIN_LOSSES, CheckpointError, PretrainConfig, RunFolderError,
                                TrainingDivergedError, TrainingInterrupted)
 
 # %% auto #0
@@ -56,7 +56,7 @@ PRETRAIN_HELP = {
     "seed": "random seed (model, bank, shuffling, augmentation)",
     "device": "auto, cpu, cuda, cuda:N; under torchrun, auto and cuda give each process the GPU of its LOCAL_RANK "
               "(cuda:N is refused there: it cannot differ per process) (default: auto)",
-    "precision": f"{', '.join(PRECISIONS)} (bf16 autocast)",
+    "precision": "auto (bf16 autocast on CUDA, fp32 on the CPU; recorded in the run's config), fp32, or bf16 (autocast)",
     "compile": "torch.compile: --compile (or --compile encoder) the encoder; --compile step the whole training step "
                "(augmentation given its random numbers, forward, loss, backward, update); for CUDA (default: off)",
     "knn_k": "neighbours of the kNN monitor",
@@ -66,7 +66,7 @@ PRETRAIN_HELP = {
                       "embedding all of them each epoch costs much (default: all)",
 }
 _CHOICES = dict(dataset=DATASETS, backbone=BACKBONES, norm=NORMS, head=HEADS, loss=PRETRAIN_LOSSES,
-                negatives=NEGATIVES, precision=PRECISIONS, bank_precision=PRECISIONS)
+                negatives=NEGATIVES, precision=PRECISION_CHOICES, bank_precision=PRECISIONS)
 
 def _compile_mode(text: str) -> str:
     "A --compile value: encoder or step."

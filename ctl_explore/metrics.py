@@ -147,8 +147,8 @@ def knn_predict(
     buffer = _block_buffer(rows, train_z.shape[0], train_z)
     predictions = []
     for start in range(0, test_z.shape[0], rows):
-        top_sims, top_idx = _sims_into(buffer, test_z[start:start + rows], train_z).topk(k, dim=1)  # [rows, k], nearest first
-        weights = ((top_sims - top_sims[:, :1]) / t).exp()
+        top_sims, top_idx = _sims_into(buffer, test_z[start:start + rows], train_z).topk(k, dim=1, sorted=False)  # [rows, k]; the vote sums over them, so no sort
+        weights = ((top_sims - top_sims.amax(dim=1, keepdim=True)) / t).exp()  # shifted by the nearest: no overflow
         votes = torch.zeros(len(top_sims), len(classes), dtype=weights.dtype, device=weights.device)
         predictions.append(classes[votes.scatter_add_(1, train_class[top_idx], weights).argmax(dim=1)])
     return torch.cat(predictions)

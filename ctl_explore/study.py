@@ -80,9 +80,9 @@ class Criteria:
 
     def describe(self) -> str:
         "The criteria in one sentence, from their values."
-        parts = [f"uniformity by at most {self.uniformity_change:g}"]
-        if self.alignment_change is not None: parts.append(f"alignment by at most {self.alignment_change:g}")
-        if self.knn_change is not None: parts.append(f"the kNN monitor's accuracy by at most {self.knn_change:g}")
+        parts = [f"uniformity is at most {self.uniformity_change:g}"]
+        if self.alignment_change is not None: parts.append(f"alignment at most {self.alignment_change:g}")
+        if self.knn_change is not None: parts.append(f"the kNN monitor's accuracy at most {self.knn_change:g}")
         return (f"over the last {self.window:.0%} of the constant-learning-rate stretch the fitted change of "
                 + " and of ".join(parts) + f"; final uniformity at least {self.collapse_floor:g}"
                 + ("" if self.knn_change is not None else "; no test label is read"))

@@ -35,7 +35,7 @@ from tqdm.auto import tqdm
 import ctl_explore.study as study  # RESULT_FORMAT, RESULT_KEYS and the judging are read from it at call time
 from .data import load_dataset
 from .train import (EXECUTION_KEYS, PRETRAIN_LOSSES, CheckpointError, PretrainConfig, RunBusyError, RunFolderError,
-                               _write_atomic, load_checkpoint, lr_at, pretrain, run_identity, run_lock, save_checkpoint,
+                               write_atomic, load_checkpoint, lr_at, pretrain, run_identity, run_lock, save_checkpoint,
                                threads_for, write_json_atomic)
 from .study import (CRITERIA, SIGNIFICANCE, Criteria, StudyPreset, check_run, findings, first_drop, get_preset,
                                measure_run, run_name, study_configs, study_figures, table1, trajectory_figure, usable)
@@ -563,16 +563,16 @@ def write_results(rows: list[dict], out_dir: str | Path) -> None:
     for name in names: _replaceable(out_dir / name)
     rows = [unsealed(r) for r in rows]
     text = json.dumps(rows, indent=2) + "\n"
-    _write_atomic(out_dir / "results.json", lambda f: f.write(text.encode()))
+    write_atomic(out_dir / "results.json", lambda f: f.write(text.encode()))
     digest = hashlib.sha256(text.encode()).hexdigest()
-    _write_atomic(out_dir / "results.json.sha256", lambda f: f.write(f"{digest}  results.json\n".encode()))
+    write_atomic(out_dir / "results.json.sha256", lambda f: f.write(f"{digest}  results.json\n".encode()))
     cols = [k for k in study.RESULT_KEYS if k != "top10_negatives"] + [f"top_negative_{r}" for r in range(1, 11)] + ["failed"]
     table = io.StringIO()
     w = csv.DictWriter(table, fieldnames=cols, extrasaction="ignore")
     w.writeheader()
     for row in rows:
         w.writerow({**row, **{f"top_negative_{r}": v for r, v in enumerate(row.get("top10_negatives") or [], 1)}})
-    _write_atomic(out_dir / "results.csv", lambda f: f.write(table.getvalue().encode()))
+    write_atomic(out_dir / "results.csv", lambda f: f.write(table.getvalue().encode()))
 
 def load_results(path: str | Path) -> list[dict]:
     "The rows of a study's results.json, verified: against results.json.sha256 beside it when the study wrote one (always, in a study's marked folder); every field by its type and range (the only check a file written before checksums, such as the course's data/study-digits/, can have). `StudyError` with a sentence otherwise."
@@ -670,20 +670,20 @@ REPORT_GENERATOR = '<meta name="generator" content="ctl_explore study report">'
 REPORT_TEMPLATE = string.Template("""<!doctype html><html><head><meta charset="utf-8">$generator<title>ctl_explore temperature study: $dataset</title>
 <style>body{font-family:sans-serif;max-width:1150px;margin:2em auto;} table{border-collapse:collapse;margin:0.5em 0} td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top} .v{font-weight:bold} .scroll{max-height:22em;overflow:auto} .failed{color:#a00}</style>
 </head><body><h1>The temperature study on $dataset: [WL21]'s findings tested at this scale</h1>
-<p>Wang &amp; Liu, <i>Understanding the Behaviour of Contrastive Loss</i>, CVPR 2021 [WL21], make six findings about the temperature τ. This study trains $n_rows runs (preset <b>$preset</b>$preset_note) and tests each finding by a rule stated in advance. Of the six, <b>$n_reproduced reproduced</b>, $n_not_reproduced not reproduced and $n_inconclusive inconclusive <i>at this scale</i>: a verdict here speaks for these runs, not for the paper's.</p>
+<p>Wang &amp; Liu, <i>Understanding the Behaviour of Contrastive Loss</i>, CVPR 2021 [WL21], make six findings about the temperature τ. This study trains $n_rows runs (preset <b>$preset</b>$preset_note) and tests each finding by the rule printed beside its verdict. Of the six, <b>$n_reproduced reproduced</b>, $n_partly partly reproduced (the claim holds over part of the τ range and breaks where named), $n_not_reproduced not reproduced and $n_inconclusive inconclusive <i>at this scale</i>: a verdict here speaks for these runs, not for the paper's.</p>
 $unfinished$failed
 <h2>Scale and regime</h2>
 <table><tr><th></th><th>this study</th><th>[WL21]</th></tr>$scale_rows</table>
 <h2>Criteria: which runs count as evidence</h2>
-<p>A run counts when it <b>converged</b> (over the last $window of its constant-learning-rate stretch, the fitted change of uniformity is at most $max_du and of kNN accuracy at most $max_dk) and did <b>not collapse</b> (final uniformity at least $floor). <b>$n_ok of $n_rows runs</b> meet both$left_out.</p>$stretch_note
-<div class="scroll"><table><tr><th>run</th><th>epochs</th><th>converged</th><th>collapsed</th><th>Δ uniformity (window)</th><th>Δ kNN (window)</th><th>final uniformity</th></tr>$health</table></div>
+<p>A run counts when it <b>converged</b> and did <b>not collapse</b>: $criteria. <b>$n_ok of $n_rows runs</b> meet both$left_out.</p>$stretch_note
+<div class="scroll"><table><tr><th>run</th><th>epochs</th><th>converged</th><th>collapsed</th><th>Δ uniformity (window)</th><th>Δ alignment (window)</th><th>Δ kNN (window, not judged where the criteria read no labels)</th><th>final uniformity</th></tr>$health</table></div>
 $trajectories
 <h2>Against τ</h2>
 $figures
 <h2>Table 1 analogue: linear top-1 at each loss's best τ</h2>
 <table><tr><th>loss</th><th>τ</th><th>accuracy (mean ± std)</th><th>seeds</th></tr>$table1</table>
 <h2>Findings</h2>
-<p>Trends: Spearman's ρ over all τ and seeds of the ordinary loss, two-sided permutation test, significant at p &lt; $significance. Differences between cells must exceed the standard error of the difference (seed spread, plus the binomial error of the $n_test-image test set for accuracies) times the 95% critical value of Welch's t. A finding is reproduced when every test agrees with the paper, not reproduced when any contradicts it, inconclusive otherwise.</p>
+<p>Each finding is tested by the rule in its row (significance level $significance; accuracies compared image by image on the $n_test shared test images). A finding is reproduced when every test agrees with the paper, partly reproduced when some agree and others contradict it (where it breaks is named), not reproduced when the tests that decide contradict it, and inconclusive otherwise. The family of tests, how multiplicity is handled, each verdict's stability and the protocol's history follow the table.</p>
 <table><tr>$finding_heads</tr>$findings</table>
 $sections
 </body></html>
@@ -759,7 +759,7 @@ def write_report(rows: list[dict], out_dir: str | Path, preset: str | StudyPrese
     clean, measured = _split(rows)
     failed = [r for r in clean if "failed" in r]
     found = findings(clean)
-    counts = {v: sum(f.verdict == v for f in found) for v in ("reproduced", "not reproduced", "inconclusive at this scale")}
+    counts = {v: sum(f.verdict == v for f in found) for v in study.VERDICTS}
     with_trajectories = [r for r in measured if "trajectory" in r and isinstance(r.get("config"), dict)]
     figs = {**({"trajectories": trajectory_figure(with_trajectories)} if with_trajectories else {}), **study_figures(clean)}
     plots = {name: fig.to_html(full_html=False, include_plotlyjs=(i == 0), div_id=f"fig-{name}") for i, (name, fig) in enumerate(figs.items())}
@@ -771,7 +771,7 @@ def write_report(rows: list[dict], out_dir: str | Path, preset: str | StudyPrese
     health = "".join(
         f"<tr><td>{_esc(r.get('run'))}</td><td>{_fmt((r.get('config') or {}).get('epochs'), 'd')}</td><td>{yes(r.get('converged'), 'yes', 'NO')}</td>"
         f"<td>{yes(r.get('collapsed'), 'YES', 'no')}</td><td>{_fmt(r.get('uniformity_change'), '+.3f')}</td>"
-        f"<td>{_fmt(r.get('knn_change'), '+.3f')}</td><td>{_fmt(r.get('uniformity'), '.3f')}</td></tr>" for r in measured)
+        f"<td>{_fmt(r.get('alignment_change'), '+.3f')}</td><td>{_fmt(r.get('knn_change'), '+.3f')}</td><td>{_fmt(r.get('uniformity'), '.3f')}</td></tr>" for r in measured)
     n_all = len(rows) + len(missing)
     unfinished = (f"<p><b>This study is not finished:</b> {len(missing)} of its {n_all} runs are missing "
                   f"({_esc(', '.join(missing[:12]))}{' …' if len(missing) > 12 else ''}); the verdicts below speak for the "
@@ -791,14 +791,15 @@ def write_report(rows: list[dict], out_dir: str | Path, preset: str | StudyPrese
     page = REPORT_TEMPLATE.substitute(
         generator=REPORT_GENERATOR, dataset=_esc(measured[0]["config"].get("dataset") if measured and isinstance(measured[0].get("config"), dict) else "?"),
         n_rows=len(rows), preset=_esc(p.name) if p else "?", preset_note=": " + _esc(p.note) if p and p.note else "",
-        n_reproduced=counts["reproduced"], n_not_reproduced=counts["not reproduced"], n_inconclusive=counts["inconclusive at this scale"],
+        n_reproduced=counts["reproduced"], n_partly=counts["partly reproduced"], n_not_reproduced=counts["not reproduced"],
+        n_inconclusive=counts["inconclusive at this scale"],
         unfinished=unfinished, failed=failed_html,
         scale_rows="".join(f"<tr><td>{_esc(k.replace('_', ' '))}</td><td>{_esc(v)}</td><td>{_esc(_WL21_SCALE[k])}</td></tr>"
                            for k, v in _scale(measured).items()),
-        window=f"{c.window:.0%}", max_du=c.uniformity_change, max_dk=c.knn_change, floor=c.collapse_floor, n_ok=len(ok),
+        criteria=_esc(c.describe()), n_ok=len(ok),
         left_out="; left out: " + _esc(", ".join(map(str, left_out))) if left_out else "", stretch_note=stretch_note, health=health,
         trajectories=plots.get("trajectories", ""), figures="".join(v for k, v in plots.items() if k != "trajectories"),
         table1=t1, significance=_esc(study.SIGNIFICANCE), n_test=_fmt(measured[0].get("n_test", "?") if measured else "?", "d"),
         finding_heads=heads, findings=verdicts, sections=_sections(clean))
-    _write_atomic(path, lambda f: f.write(page.encode()))
+    write_atomic(path, lambda f: f.write(page.encode()))
     return path

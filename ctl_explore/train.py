@@ -45,7 +45,7 @@ __all__ = ['NEGATIVES', 'PRECISIONS', 'PRECISION_CHOICES', 'PRETRAIN_LOSSES', 'M
            'LOCK_NAME', 'RUN_MARKER', 'PRETRAIN_FILES', 'DERIVED_FILES', 'STALE_ON_TRAINING', 'RUN_FOLDER_FILES',
            'DIST_TIMEOUT_ENV', 'DIST_TIMEOUT_S', 'METRIC_KEYS', 'TIMING_KEYS', 'LOG_EVERY', 'MAX_THREADS',
            'PretrainConfig', 'default_lam', 'negatives_seen', 'lr_at', 'resolve_precision', 'run_identity',
-           'CheckpointError', 'RunFolderError', 'RunBusyError', 'write_json_atomic', 'save_checkpoint',
+           'CheckpointError', 'RunFolderError', 'RunBusyError', 'write_atomic', 'write_json_atomic', 'save_checkpoint',
            'load_checkpoint', 'run_lock', 'check_run_folder', 'mark_run_folder', 'remove_stale_measurements',
            'resolve_device', 'ProcessGroupError', 'dist_timeout', 'GlobalBatchNorm', 'global_batchnorm',
            'distributed_net', 'embed', 'evaluates_at', 'monitor_rows', 'evaluate', 'TrainingDivergedError',
@@ -237,7 +237,7 @@ def _fsync_dir(folder: Path) -> None:
     try: os.fsync(fd)
     finally: os.close(fd)
 
-def _write_atomic(path: str | Path, write: Callable) -> None:
+def write_atomic(path: str | Path, write: Callable) -> None:
     "Call `write(f)` on a binary file unique to this writer, flush it to disk, rename it to `path`, flush the folder."
     path = Path(path)
     if path.is_symlink(): raise RunFolderError(f"{path} is a symbolic link; it is never written through (its target could lie "
@@ -258,11 +258,11 @@ def _write_atomic(path: str | Path, write: Callable) -> None:
 def write_json_atomic(path: str | Path, obj) -> None:
     "Write `obj` as JSON to `path` atomically and durably: a temporary file of this writer's own, fsync, rename, fsync of the folder."
     text = json.dumps(obj, indent=2) + "\n"
-    _write_atomic(path, lambda f: f.write(text.encode()))
+    write_atomic(path, lambda f: f.write(text.encode()))
 
 def save_checkpoint(path: str | Path, state: dict) -> None:
     "Write `state` to `path` atomically and durably (see `write_json_atomic`)."
-    _write_atomic(path, lambda f: torch.save({"format": CHECKPOINT_FORMAT, **state}, f))
+    write_atomic(path, lambda f: torch.save({"format": CHECKPOINT_FORMAT, **state}, f))
 
 def _torch_reason(e: Exception) -> str:
     "The gist of torch.load's error, without its advice to load with weights_only=False (which would run any code in the file)."
@@ -754,6 +754,9 @@ class TrainingInterrupted(KeyboardInterrupt):
         saved = f"{epoch - 1} finished epoch{'s' if epoch != 2 else ''} saved in {out_dir}" if epoch > 1 else "nothing saved yet"
         super().__init__(f"interrupted at epoch {epoch} of {epochs} ({saved}); run the same command to resume")
 
+    def __reduce__(self):  # so that a worker process's Ctrl-C reaches its parent as itself
+        return type(self), (self.epoch, self.epochs, self.out_dir)
+
 def threads_for(config: PretrainConfig) -> int | None:
     "The CPU thread count `pretrain` uses unless told: 1 for the small ConvNet on the CPU; None (torch's own setting) otherwise."
     on_cpu = config.device.startswith("cpu") or (config.device == "auto" and not torch.cuda.is_available())
@@ -1000,7 +1003,7 @@ def _pretrain(config: PretrainConfig, out_dir: Path, quiet: bool, restart: bool,
         write_json_atomic(out_dir / "config.json", config.to_dict())
         # the checkpoint's history is the truth: a line appended after the last checkpoint is dropped here
         lines = "".join(json.dumps(h) + "\n" for h in history)
-        _write_atomic(metrics_path, lambda f: f.write(lines.encode()))
+        write_atomic(metrics_path, lambda f: f.write(lines.encode()))
 
     # several processes: batch norm's statistics over the global batch, as one process computes them (GlobalBatchNorm: one
     # all-reduce per layer and no host read; nothing to convert with norm="group"), the gradients averaged by DDP

@@ -332,3 +332,12 @@ def test_threads_are_set_for_the_run_and_restored(tmp_path, monkeypatch):
     pretrain(PretrainConfig(epochs=1, device="cpu", **SMALL), tmp_path / "two", quiet=True, threads=2)
     assert seen == [1, before, 2, before] and torch.get_num_threads() == before
     with pytest.raises(ValueError, match="threads must be an integer >= 1"): pretrain(PretrainConfig(), tmp_path / "x", threads=0)
+
+
+def test_training_interrupted_survives_pickling(tmp_path):
+    "A worker's Ctrl-C reaches its parent process as itself (ProcessPoolExecutor pickles the exception)."
+    import pickle
+    from ctl_explore.train import TrainingInterrupted
+    e = pickle.loads(pickle.dumps(TrainingInterrupted(3, 10, tmp_path)))
+    assert isinstance(e, TrainingInterrupted) and (e.epoch, e.epochs, e.out_dir) == (3, 10, tmp_path)
+    assert str(e) == str(TrainingInterrupted(3, 10, tmp_path))
