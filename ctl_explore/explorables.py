@@ -9,7 +9,6 @@ import base64
 import html
 import json
 import math
-from contextlib import contextmanager
 from functools import lru_cache
 
 import numpy as np
@@ -534,13 +533,7 @@ EXPLORABLES_JS = r"""// The site's explorables, drawn with the local plotly.js a
 """
 
 # %% ../nbs/92_static_explorables.ipynb #x022
-@contextmanager
-def _one_thread():
-    "torch on one thread inside the block, as lesson 02's widgets run (small tensors; the same sums as `simulate`'s)."
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try: yield
-    finally: torch.set_num_threads(n)
+from .explorer import _one_thread  # torch on one thread, as lesson 02's widgets run (the same sums as `simulate`'s)
 
 def replay_run(
     loss: str = "contrastive", # one of lesson 02's `LOSSES`

@@ -310,6 +310,15 @@ def randbit_augment(config: SuppressionConfig, dataset: str, size: int) -> TwoVi
     return TwoViewAugment(AugmentParams(size, crop_scale=config.crop_scale, flip_p=0.0, jitter_p=0.0, saturation=0.0, hue=0.0,
                                         grayscale_p=0.0, mean=(0.0,) * channels, std=(1.0,) * channels))
 
+def _randbit_splits(config: SuppressionConfig, k: int, data: tuple[ImageData, ImageData] | None) -> tuple[int, RandBit, RandBit]:
+    "(image size, training RandBit, test RandBit) of a run: its own codes for each split, the same augmentation."
+    if data is None: data = tuple(load_dataset(config.dataset, train=t) for t in (True, False))
+    train_data, test_data = data
+    size = train_data.images.shape[-1]
+    augment = randbit_augment(config, train_data.name if config.augment == "preset" else config.dataset, size)
+    return (size, RandBit(train_data, k, seed=config.seed, augment=augment, coding=config.bit_coding),
+            RandBit(test_data, k, seed=config.seed + 10_000, augment=augment, coding=config.bit_coding))
+
 def randbit_run(
     k: int,                                     # bits per image, >= 0
     config: SuppressionConfig = RANDBIT_CONFIG,
@@ -319,12 +328,7 @@ def randbit_run(
     "Pretrain on RandBit images with k bits and probe the digit: one row of results (accuracies in [0, 1])."
     check_int("k", k, 0)
     start = time.perf_counter()
-    if data is None: data = tuple(load_dataset(config.dataset, train=t) for t in (True, False))
-    train_data, test_data = data
-    size = train_data.images.shape[-1]
-    augment = randbit_augment(config, train_data.name if config.augment == "preset" else config.dataset, size)
-    train = RandBit(train_data, k, seed=config.seed, augment=augment, coding=config.bit_coding)
-    test = RandBit(test_data, k, seed=config.seed + 10_000, augment=augment, coding=config.bit_coding)
+    size, train, test = _randbit_splits(config, k, data)
     model, history, online = train_contrastive(train.views, len(train), train.in_channels, config, progress,
                                                desc=f"RandBit k={k} τ={config.tau:g}", labels=train.data.labels, image_size=size)
     with torch.no_grad():
@@ -334,7 +338,7 @@ def randbit_run(
            for prefix, m in (("digit_top1", model), ("random_init_top1", untrained)) for mode, suffix in PROBE_MODES.items()}
     return dict(experiment="randbit", k=k, tau=config.tau, seed=config.seed, online_top1=online_top1, **acc,
                 final_loss=history[-1], loss_history=history, twin_share=twin_share(k, config.batch_size),
-                chance=_chance(test.data.labels), n_test=len(test), dataset=train_data.name,
+                chance=_chance(test.data.labels), n_test=len(test), dataset=train.data.name,
                 wall_time_s=time.perf_counter() - start, config=asdict(config))
 
 # %% ../nbs/12_feature_suppression.ipynb #a7f96a2d
@@ -660,12 +664,7 @@ def shared_code_run(
     "Train one RandBit encoder exactly as randbit_run does; probe it and its random initialisation with each of several shared codes."
     check_int("k", k, 1); check_int("n_drawn", n_drawn, 0); check_int("n_seen", n_seen, 0)
     start = time.perf_counter()
-    if data is None: data = tuple(load_dataset(config.dataset, train=t) for t in (True, False))
-    train_data, test_data = data
-    size = train_data.images.shape[-1]
-    augment = randbit_augment(config, train_data.name if config.augment == "preset" else config.dataset, size)
-    train = RandBit(train_data, k, seed=config.seed, augment=augment, coding=config.bit_coding)
-    test = RandBit(test_data, k, seed=config.seed + 10_000, augment=augment, coding=config.bit_coding)
+    size, train, test = _randbit_splits(config, k, data)
     model, history, _ = train_contrastive(train.views, len(train), train.in_channels, config, progress,
                                           desc=f"RandBit k={k} τ={config.tau:g} seed {config.seed}", labels=train.data.labels,
                                           image_size=size)
