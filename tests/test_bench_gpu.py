@@ -95,6 +95,7 @@ def test_it_times_pretrains_own_step(bench, monkeypatch):
     assert calls == [slice(0, 4)] * 3  # one process: the whole global batch, warm-up and timed steps
 
 
+@pytest.mark.slow
 def test_two_processes_under_torchrun(tmp_path):
     # the N-GPU case of the script, on the CPU: two gloo processes, DDP, each its half of the batch; process 0 writes
     out = tmp_path / "gpu-2.md"
@@ -134,6 +135,7 @@ def test_a_failing_case_leaves_the_others_rows_and_every_row_is_written_as_it_fi
         if r["error"] is None: assert r["images_per_s_min"] <= r["images_per_s"] <= r["images_per_s_max"] and r["repeats"] == 2
 
 
+@pytest.mark.slow
 def test_the_script_exits_1_when_a_case_failed(tmp_path):
     # the script as a GPU owner runs it, with the hard loss's step made to fail (as an out-of-memory error would)
     script = tmp_path / "failing_bench.py"

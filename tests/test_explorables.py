@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 TIMINGS = REPO / "tests" / "artifacts" / "explorables_timing.json"
 RTOL = 1e-6
 
-pytestmark = needs_browser("the explorables' browser tests")
+pytestmark = needs_browser("the explorables' browser tests") + [pytest.mark.slow]  # a site build and a browser: minutes on 2 cores
 
 
 @pytest.fixture(scope="module")

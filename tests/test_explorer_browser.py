@@ -38,7 +38,7 @@ LATENCY_PRESSES = 20
 RUN_ALL_TIMEOUT_S = 240
 
 
-pytestmark = needs_browser("the explorer's browser tests")
+pytestmark = needs_browser("the explorer's browser tests") + [pytest.mark.slow]  # JupyterLab and a browser
 
 # JupyterLab user settings for the throw-away settings directory: render every cell (no virtual windowing), record
 # cells' timing, never write to the notebook (no autosave), and make no network requests of its own.

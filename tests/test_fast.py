@@ -100,6 +100,7 @@ def test_fast_bank_loss_argument_errors():
         fast_bank_contrastive_loss(q[:0], bank, idx[:0], 0.1)
 
 
+@pytest.mark.slow
 def test_the_course_modules_and_training_import_without_numba():
     "numba is an optional extra, imported only when the compiled selection is first used."
     code = ("import sys\nimport ctl_explore.losses, ctl_explore.gradients, ctl_explore.memory_bank, ctl_explore.train\n"

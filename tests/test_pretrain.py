@@ -35,6 +35,7 @@ def history(run: Path) -> list[dict]:
     return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in load_checkpoint(run / "checkpoint.pt")["history"]]
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_gives_the_uninterrupted_metrics(tmp_path):
     args = ["pretrain", *TINY, "--epochs", "4"]
     whole, killed = tmp_path / "whole", tmp_path / "killed"
@@ -83,6 +84,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow
 def test_two_gloo_processes_match_one(tmp_path):
     args = ["pretrain", *TINY, "--epochs", "2", "--norm", "group", "--device", "cpu"]
     one, two = tmp_path / "one", tmp_path / "two"
@@ -103,6 +105,7 @@ def test_two_gloo_processes_match_one(tmp_path):
     for key in a["model"]: torch.testing.assert_close(b["model"][key], a["model"][key], atol=1e-4, rtol=1e-4, msg=key)
 
 
+@pytest.mark.slow
 def test_short_digits_run_beats_random_backbone(tmp_path):
     torch.set_num_threads(1)
     pretrain(PretrainConfig(epochs=15), tmp_path, quiet=True)
@@ -122,6 +125,7 @@ def test_every_loss_trains_without_nan(tmp_path, loss):
         assert all(torch.isfinite(w).all() for w in weights.values() if w.is_floating_point()), tau
 
 
+@pytest.mark.slow
 def test_help_documents_every_option():
     out = cli("pretrain", "--help")
     assert out.returncode == 0
@@ -141,12 +145,14 @@ def test_help_documents_every_option():
     (["pretrain", "--out", "x", "--loss", "nt_xent"], "needs negatives='batch'"),
     (["pretrain", "--out", "x", "--loss", "align_swd", "--negatives", "bank"], "needs negatives='batch'"),
 ])
+@pytest.mark.slow
 def test_bad_options_are_errors_not_tracebacks(args, message):
     out = cli(*args)
     assert out.returncode == 2
     assert message in out.stderr and "Traceback" not in out.stderr
 
 
+@pytest.mark.slow
 def test_corrupt_or_foreign_checkpoint_is_an_error_and_kept(tmp_path):
     ckpt = tmp_path / "checkpoint.pt"
     ckpt.write_bytes(b"not a checkpoint")
@@ -223,6 +229,7 @@ def test_align_swd_run_resumes_to_the_uninterrupted_numbers(tmp_path):
     for key in a: assert torch.equal(a[key], b[key]), key
 
 
+@pytest.mark.slow
 def test_cli_trains_a_feature_loss(tmp_path):
     out = cli("pretrain", *TINY, "--epochs", "1", "--loss", "align_swd", "--lam", "100", "--negatives", "batch",
               "--head", "mlp", "--out", str(tmp_path / "swd"))
@@ -232,6 +239,7 @@ def test_cli_trains_a_feature_loss(tmp_path):
     assert json.loads((tmp_path / "swd" / "config.json").read_text())["loss"] == "align_swd"
 
 
+@pytest.mark.slow
 def test_simple_losses_default_to_eq7_lambda_and_train_the_studys_loss(tmp_path):
     # [WL21] Eq 7: the τ → ∞ limit is the simple loss with λ = 1/K. Left unset, lam resolves to 1/K over the negatives
     # the loss sees (the bank's n_train − 1 other rows; HardSimple's ⌈αK⌉ kept ones), which is what the study passes
@@ -280,6 +288,7 @@ def test_bfloat16_bank_trains_close_to_float32(tmp_path, loss):
     assert abs(runs["bf16"]["knn_accuracy"] - runs["fp32"]["knn_accuracy"]) < 0.1, runs
 
 
+@pytest.mark.slow
 def test_cli_bank_precision_option(tmp_path):
     out = cli("pretrain", *TINY, "--epochs", "1", "--bank-precision", "bf16", "--out", str(tmp_path / "bf16"))
     assert out.returncode == 0, out.stderr[-2000:]

@@ -145,6 +145,7 @@ def test_right_format_tag_with_wrong_contents_is_a_sentence(finished, tmp_path, 
 
 # ---------------------------------------------------------------- 3: one writer per run folder
 
+@pytest.mark.slow
 def test_a_second_process_on_one_folder_fails_at_once(tmp_path):
     run = tmp_path / "run"
     first = cli_process("pretrain", "--out", str(run), "--epochs", "50", *TINY_ARGS)
@@ -334,6 +335,7 @@ def test_divergence_is_reported_with_the_epoch_and_what_to_try(tmp_path, capsys)
 
 # ---------------------------------------------------------------- 7: Ctrl-C
 
+@pytest.mark.slow
 def test_ctrl_c_says_where_it_stopped_and_how_to_resume(tmp_path):
     run = tmp_path / "run"
     # a shell without job control starts background jobs with SIGINT ignored, and Python keeps an ignored SIGINT ignored:

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # a browser, several processes or compiled kernels: tens of seconds on 2 cores
+
 from browser_setup import built_site, launch_browser, needs_browser, open_page, site_lessons
 from ctl_explore.site import SITE_MARKER, directive_free, is_hidden, lesson_notebooks, skip_reason
 

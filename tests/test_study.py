@@ -35,6 +35,7 @@ def smoke(tmp_path_factory):
     return out, rows, time.perf_counter() - start
 
 
+@pytest.mark.slow
 def test_smoke_study_writes_tidy_results(smoke):
     out, rows, _ = smoke
     assert len(rows) == len(study_configs("smoke", 1438)) == 12
@@ -126,7 +127,8 @@ def test_older_result_format_is_measured_again(smoke, tmp_path):
     shutil.copytree(out, copy)
     path = copy / "runs" / rows[0]["run"] / "result.json"
     path.write_text(json.dumps({**rows[0], "result_format": "ctl_explore.study-result/1", "linear_top1": -1.0}))
-    again = run_study("smoke", copy, quiet=True, workers=1)
+    with pytest.warns(UserWarning, match="carries no checksum.*measuring run .* again from its checkpoint"):
+        again = run_study("smoke", copy, quiet=True, workers=1)
     assert again[0]["linear_top1"] == rows[0]["linear_top1"]
 
 
@@ -137,6 +139,7 @@ def _strip(rows):
     return [{k: v for k, v in r.items() if k != "wall_time_s"} for r in rows]
 
 
+@pytest.mark.slow
 def test_workers_give_the_serial_results(tmp_path):
     serial = run_study(TINY, tmp_path / "serial", quiet=True, workers=1)
     parallel = run_study(TINY, tmp_path / "parallel", quiet=True, workers=2)
@@ -145,6 +148,7 @@ def test_workers_give_the_serial_results(tmp_path):
         run_study(TINY, tmp_path / "x", workers=0)
 
 
+@pytest.mark.slow
 def test_two_studies_share_one_folder(tmp_path):
     code = ("import sys, json; from ctl_explore.study import run_study, StudyPreset; "
             "p = StudyPreset('tiny', width=4, epochs=2, taus=(0.2, 0.5), seeds=(0,), simple_losses=False, linear_epochs=2); "
@@ -312,6 +316,7 @@ def test_one_seed_decides_no_difference():
     assert [one[i].verdict for i in (1, 2, 3)] == ["inconclusive at this scale"] * 3
 
 
+@pytest.mark.slow
 def test_false_alarm_rates_on_noise_tables_of_359_images():
     rates = false_alarm_rates(n_tables=25)
     assert len(rates) == 10 and all(r <= 0.12 for r in rates.values()), rates
@@ -337,6 +342,7 @@ def test_report_sections_say_family_stability_dependence_history_and_breaks():
     assert "τ = 0.05 and 0.1" in sections["Where a claim breaks"]
 
 
+@pytest.mark.slow
 def test_figures_and_report(smoke, tmp_path):
     _, rows, _ = smoke
     assert set(study_figures(rows)) == {"uniformity_tolerance", "similarity_profile", "neighbour_purity", "accuracy"}
@@ -393,6 +399,7 @@ def _model(run_dir):
     return torch.load(run_dir / "checkpoint.pt", weights_only=True)
 
 
+@pytest.mark.slow
 def test_unsettled_runs_are_stretched_up_to_the_cap(tmp_path, monkeypatch):
     import ctl_explore.study_runs as study
     torch.set_num_threads(1)
@@ -431,6 +438,7 @@ def test_settled_runs_keep_their_schedule(tmp_path, monkeypatch):
     assert [r["config"]["epochs"] for r in rows] == [10, 10]
 
 
+@pytest.mark.slow
 def test_a_stretched_run_equals_one_planned_that_long(tmp_path, monkeypatch):
     "Stretched at its first drop and resumed by the study, a run is the very run that was configured with the longer schedule."
     import ctl_explore.study_runs as study
@@ -483,6 +491,7 @@ _CLUSTER_CODE = (
     "    if todo: time.sleep(0.2)\n")
 
 
+@pytest.mark.slow
 def test_cluster_tasks_share_a_folder_and_survive_a_killed_one(tmp_path):
     "Three job-array-like workers claim runs from one folder; one is killed mid-run; every run ends done once, as a serial study."
     from ctl_explore.study import gather, study_plan

@@ -252,6 +252,7 @@ def tiny_dir(tmp_path_factory):
     return out, rb, md
 
 
+@pytest.mark.slow
 def test_figures_show_the_rows_and_the_reference(tiny_dir):
     _, rb, md = tiny_dir
     f = randbit_figure(rb)

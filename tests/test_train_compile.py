@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
+# TorchDynamo traces through the lru_cache of the augmentation's per-channel constants (made once per device, never changed).
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:Dynamo detected a call to a `functools.lru_cache`-wrapped function:UserWarning")]
+
 from ctl_explore import train as train_module
 from ctl_explore.checks import value_checks
 from ctl_explore.data import TwoViewAugment, load_dataset

@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+pytestmark = pytest.mark.slow  # a browser, several processes or compiled kernels: tens of seconds on 2 cores
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
