@@ -2,7 +2,7 @@
 
 The whole suite takes about ten minutes on 2 CPU cores (602 s measured with `--durations`); the tests marked `slow`
 (a browser, a site build, several processes, compiled kernels, whole training runs: each over 3.5 s there) are most of
-it, so `pytest -m "not slow"` is the quick inner loop.
+it, so `pytest -m "not slow"` is the quick inner loop: 1155 tests in 132 s on the same 2 cores (quiet).
 
 Pick a profile with the environment variable ``HYPOTHESIS_PROFILE``:
 
