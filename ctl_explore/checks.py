@@ -5,8 +5,7 @@
 # %% ../nbs/95_checks.ipynb #ecf17c47
 from __future__ import annotations
 
-import math, os, threading, traceback
-from collections import Counter
+import math, os, threading
 from contextlib import contextmanager
 
 import numpy as np
@@ -19,7 +18,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 __all__ = ['CHECK_VALUES_ENV', 'check_number', 'check_positive', 'check_nonnegative', 'check_in_range', 'check_probability',
            'check_int', 'check_choice', 'check_bool', 'check_interval', 'checking_values', 'value_checks',
            'check_tensor', 'check_finite', 'check_index_tensor', 'check_similarities', 'check_embeddings',
-           'check_bank_inputs', 'HostSyncs', 'count_host_syncs']
+           'check_bank_inputs']
 
 # %% ../nbs/95_checks.ipynb #6009cf51
 def _as_float(name: str, value) -> float:
@@ -215,71 +214,12 @@ def check_bank_inputs(
     if bank.shape[0] < 2: raise ValueError(f"bank must have at least 2 rows so that each query has a negative, got N={bank.shape[0]}")
     return check_index_tensor("idx", idx, q.shape[0], bank.shape[0], "rows of bank").to(bank.device)
 
-# %% ../nbs/95_checks.ipynb #98402f99
-_READS = {"aten._local_scalar_dense", "aten.equal", "aten.is_nonzero"}  # a Python number or bool out of a tensor
-_SHAPE_READS = {"aten.nonzero", "aten._unique2", "aten.unique_dim", "aten.unique_consecutive", "aten.masked_select"}
-_NEW = {"aten.lift_fresh", "aten.lift_fresh_copy"}  # torch.tensor(python numbers)
-_OWN_FRAMES = {"add", "__torch_dispatch__", "__torch_function__"}
+# %% ../nbs/95_checks.ipynb #49074229
+_MOVED_TO_DEBUG = ("HostSyncs", "count_host_syncs")  # appendix 96 (ctl_explore.debug)
 
-class HostSyncs:
-    "What `count_host_syncs` saw: `ops`, a Counter of the syncing operators; `total`; with `trace=True`, `where` lists (op, the caller's line)."
-    def __init__(self, trace: bool = False): self.ops, self.trace, self.where = Counter(), trace, []
-    @property
-    def total(self) -> int: return sum(self.ops.values())
-    def add(self, op: str) -> None:
-        self.ops[op] += 1
-        if self.trace:
-            here = [f for f in traceback.extract_stack() if f.name not in _OWN_FRAMES and f"{os.sep}torch{os.sep}" not in f.filename]
-            self.where.append((op, f"{here[-1].filename}:{here[-1].lineno}" if here else "?"))
-    def __repr__(self) -> str: return f"HostSyncs(total={self.total}, {dict(self.ops)})"
-
-def _device_type(x) -> str | None: return x.device.type if isinstance(x, Tensor) else None
-
-def _sync_of(func, args, kwargs) -> str | None:
-    "The name under which the aten call `func(*args, **kwargs)` is counted, or None if it does not sync."
-    op = str(func.overloadpacket)
-    if op in _READS or op in _SHAPE_READS: return op
-    if op in _NEW:  # a 0-d CPU tensor is how torch wraps a Python scalar (`x[mask] = 1.0`): it stays a scalar, no copy
-        return None if args[0].ndim == 0 and args[0].device.type == "cpu" else "aten.lift_fresh"
-    if op == "aten.index" and any(isinstance(i, Tensor) and i.dtype == torch.bool for i in args[1]): return "aten.index (boolean mask)"
-    if op in ("aten.index_put", "aten.index_put_") and any(isinstance(i, Tensor) and i.dtype == torch.bool for i in args[1] if i is not None):
-        return "aten.index_put (boolean mask)"
-    if op == "aten.repeat_interleave" and func.__name__.split(".")[-1] in ("Tensor", "self_Tensor") and kwargs.get("output_size") is None:
-        return op  # repeats given as a tensor, the output size left to be read from it
-    if op in ("aten._to_copy", "aten.copy_"):
-        if op == "aten._to_copy": src, dst = args[0], kwargs.get("device") or args[0].device
-        else: src, dst = args[1], args[0].device
-        src_type, dst_type = _device_type(src), torch.device(dst).type
-        if src_type is None or src_type == dst_type or "meta" in (src_type, dst_type): return None
-        if src_type == "cpu" and kwargs.get("non_blocking", len(args) > 2 and args[2] is True) and src.is_pinned(): return None
-        return f"copy {src_type}->{dst_type}"
-    return None
-
-class _DispatchCounter(TorchDispatchMode):
-    def __init__(self, syncs: HostSyncs): super().__init__(); self.syncs = syncs
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        op = _sync_of(func, args, kwargs)
-        if op is not None: self.syncs.add(op)
-        return func(*args, **kwargs)
-
-class _FunctionCounter(TorchFunctionMode):
-    def __init__(self, syncs: HostSyncs): super().__init__(); self.syncs = syncs
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        if getattr(func, "__name__", None) == "tolist": self.syncs.add("tolist")  # tolist reads the data without the dispatcher
-        return func(*args, **(kwargs or {}))
-
-@contextmanager
-def count_host_syncs(trace: bool = False):
-    """Count, in a `HostSyncs`, the operations of the block that would make the host wait for a GPU (value reads, value-dependent shapes, host copies).
-
-    It sees the aten operators the dispatcher runs (and `tolist`), judged by their names and arguments, on any device. It
-    does not see, and so never counts: a sync inside a C++ kernel that reads a value to size its output or to choose a path
-    (`multinomial` without replacement, `bincount`, `histc`, `nonzero` called from inside another operator, cuDNN's
-    algorithm search); `torch.cuda.synchronize`, `Stream.synchronize`, `Event.synchronize` and `Event.elapsed_time`;
-    collectives and barriers of torch.distributed (an NCCL all-reduce queues on the stream, a `barrier` or a gloo
-    collective blocks the host); device-to-device copies between GPUs, and pinned or non-blocking copies, which it counts
-    as free. A count of 0 therefore means no Python-visible read or copy, not a proof that the host never waits: time the
-    GPU (benchmarks/bench_gpu.py) or use the CUDA profiler for the rest."""
-    syncs = HostSyncs(check_bool("trace", trace))
-    with _FunctionCounter(syncs), _DispatchCounter(syncs): yield syncs
+def __getattr__(name: str):
+    "The debugging tools that moved to `ctl_explore.debug`, still found here by their old names."
+    if name in _MOVED_TO_DEBUG:
+        from ctl_explore import debug
+        return getattr(debug, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -154,7 +154,8 @@ import os
 import threading
 from collections import Counter
 
-from ctl_explore.checks import CHECK_VALUES_ENV, checking_values, count_host_syncs, value_checks
+from ctl_explore.checks import CHECK_VALUES_ENV, checking_values, value_checks
+from ctl_explore.debug import count_host_syncs
 
 
 def test_value_checks_switch_nests_and_restores():
@@ -248,7 +249,7 @@ def test_value_checks_off_read_nothing():
 
 def test_host_copies_are_counted_by_direction():
     "No GPU here: the classification of a copy is checked on the arguments the dispatcher would pass on one."
-    from ctl_explore.checks import _sync_of
+    from ctl_explore.debug import _sync_of
     aten = torch.ops.aten
     cpu = torch.zeros(3)
 
@@ -265,7 +266,7 @@ def test_host_copies_are_counted_by_direction():
 
 def test_the_sync_counters_blind_spots_are_the_ones_its_docstring_names():
     # issue 24: syncs inside C++ kernels are not seen (on CUDA each of these waits for the GPU to size its output)
-    from ctl_explore.checks import count_host_syncs
+    from ctl_explore.debug import count_host_syncs
     x, idx = torch.rand(16), torch.arange(5) % 3
     with count_host_syncs() as syncs:
         torch.multinomial(x, 4, replacement=False)
@@ -279,3 +280,12 @@ def test_the_sync_counters_blind_spots_are_the_ones_its_docstring_names():
     for name in ("multinomial", "bincount", "histc", "nonzero", "torch.cuda.synchronize", "Event", "barrier", "collectives",
                  "device-to-device copies"):
         assert name in doc, name
+
+
+def test_debugging_tools_moved_but_found():
+    "count_host_syncs lives in ctl_explore.debug (appendix 96); the old import from checks still finds the same object."
+    import ctl_explore.checks as checks, ctl_explore.debug as debug
+    from ctl_explore.checks import count_host_syncs as old
+    assert old is debug.count_host_syncs and checks.HostSyncs is debug.HostSyncs
+    assert "count_host_syncs" not in checks.__all__
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"): checks.nothing_here

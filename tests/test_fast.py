@@ -115,7 +115,8 @@ def test_the_course_modules_and_training_import_without_numba():
 
 
 # --- the similarities' dtype, autocast, and no host sync (issue 16) ---
-from ctl_explore.checks import count_host_syncs, value_checks
+from ctl_explore.checks import value_checks
+from ctl_explore.debug import count_host_syncs
 from ctl_explore.fast import similarity_dtype
 
 

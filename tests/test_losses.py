@@ -608,7 +608,8 @@ def test_hard_contrastive_gradient_matches_autograd_of_kept_negatives():
 
 
 # --- no host sync with the value checks off, and float32 inside autocast (issue 16) ---
-from ctl_explore.checks import count_host_syncs, value_checks
+from ctl_explore.checks import value_checks
+from ctl_explore.debug import count_host_syncs
 from ctl_explore.losses import _pair_negative_index, dot_products, pair_similarities
 
 
@@ -664,7 +665,8 @@ def test_a_tau_below_the_dtype_range_is_refused_with_the_smallest_safe_value(nam
 
 
 def test_the_tau_check_reads_no_value_when_checks_are_off_and_measures_large_similarities_when_on():
-    from ctl_explore.checks import count_host_syncs, value_checks
+    from ctl_explore.checks import value_checks
+    from ctl_explore.debug import count_host_syncs
     from ctl_explore.losses import check_temperature
     pos, neg = torch.tensor([0.9, 0.5]), torch.tensor([[0.1, 0.3, -0.2], [0.8, 0.0, 0.2]])
     with value_checks(False), count_host_syncs() as syncs:
