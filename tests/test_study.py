@@ -538,3 +538,40 @@ def test_run_one_gather_and_a_partial_report(tmp_path):
     for bad in (12, -1, 1.0, True):
         with pytest.raises(ValueError, match=r"index must be an integer in \[0, 11\]"):
             run_one(CLUSTER, bad, tmp_path / "s")
+
+
+# ---------------------------------------------------------------- the judgements, frozen
+
+FROZEN = Path(__file__).parent / "frozen/study_findings.json"
+
+
+def _judged(rows):
+    from ctl_explore.study import _judge
+    found, parts = _judge(rows)
+    return dict(findings=[dataclasses.asdict(f) for f in found], parts=[dataclasses.asdict(p) for p in parts])
+
+
+def _plain(x):
+    "Tuples as lists, as JSON holds them."
+    return json.loads(json.dumps(x, ensure_ascii=False))
+
+
+def test_shipped_studies_rejudge_to_the_frozen_findings():
+    "Every shipped results.json gives, finding by finding, the verdicts, texts and parts frozen before the findings registry."
+    frozen = json.loads(FROZEN.read_text())
+    root = Path(__file__).parents[1] / "data/study-digits"
+    assert sorted(frozen["shipped"]) == sorted(str(p.relative_to(root)) for p in root.glob("**/results.json"))
+    for name, judged in frozen["shipped"].items():
+        rows = load_results(root / name)
+        assert _plain(_judged(rows)) == judged, name
+        assert _plain(report_sections(rows, resamples=20)) == frozen["report_sections"][name], name
+
+
+def test_null_tables_judge_to_the_frozen_findings():
+    from ctl_explore.study import null_tables
+    frozen = json.loads(FROZEN.read_text())["null_tables"]
+    tables = null_tables()
+    assert sorted(tables) == sorted(frozen)
+    for name, (means, _, _) in tables.items():
+        for seed, judged in enumerate(frozen[name]):
+            assert _plain(_judged(made_up_study(means, seed=seed))) == judged, (name, seed)

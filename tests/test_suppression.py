@@ -436,3 +436,32 @@ def test_shared_code_run_is_randbit_runs_probe_and_flags_seen_codes(tmp_path):
     assert sum(len(t.y) for t in fig.data) == 4
     with pytest.raises(ValueError, match="k must be an integer >= 1"): shared_code_run(0, cfg)
     with pytest.raises(ValueError, match="tau must be a finite number > 0"): run_shared_codes(16, (0.0,), (0,), tmp_path, cfg)
+
+
+# ---------------------------------------------------------------- the judgements, frozen
+
+def _random_grid(seed: int) -> tuple[list[dict], list[dict]]:
+    "A seeded random RandBit and MultiDigits grid (accuracies anywhere, a few test-set sizes and grids), to probe the rules' edges."
+    import random
+    rng = random.Random(seed)
+    acc = lambda: round(rng.uniform(0.05, 0.99), 3)
+    n = rng.choice([100, 359, 1000])
+    taus = rng.choice([(0.05, 0.2), (0.05, 0.1, 0.2), (0.1,)])
+    rb = [dict(tau=t, k=k, digit_top1_shared=acc(), online_top1=acc(), random_init_top1_shared=acc(),
+               random_init_top1_own_bits=acc(), chance=rng.choice([0.1, 0.11, 0.5]), n_test=n)
+          for t in taus for k in rng.choice([(0, 8, 16), (0, 16), (1, 16)])]
+    md = [dict(tau=t, scale=s, small_top1=acc(), big_top1=acc(), small_alone_top1=acc(), random_init_small_alone_top1=acc(), n_test=n)
+          for t in taus for s in rng.choice([(1.0, 2.0), (1.0, 1.5, 2.0), (1.5, 2.0)])]
+    return rb, md
+
+
+def test_findings_match_the_frozen_judgements():
+    "The shipped RandBit grid and 60 random grids give the findings (verdicts and texts) frozen before the findings registry."
+    from pathlib import Path
+    frozen = json.loads((Path(__file__).parent / "frozen/suppression_findings.json").read_text())["cases"]
+    shipped = json.loads((Path(__file__).parents[1] / "data/suppression/randbit-digits.json").read_text())["rows"]
+    cases = {"shipped randbit-digits.json": (shipped, []), **{f"random grid {s}": _random_grid(s) for s in range(60)}}
+    assert sorted(cases) == sorted(frozen)
+    for name, rows in cases.items():
+        found = [dict(number=f.number, claim=f.claim, measured=f.measured, verdict=f.verdict) for f in suppression_findings(*rows)]
+        assert found == [{k: f[k] for k in ("number", "claim", "measured", "verdict")} for f in frozen[name]["findings"]], name
