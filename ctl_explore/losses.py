@@ -6,7 +6,9 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from functools import lru_cache
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -16,9 +18,53 @@ from .checks import (check_choice, check_embeddings, check_in_range, check_nonne
                                 check_similarities, check_tensor, checking_values)
 
 # %% auto #0
-__all__ = ['REDUCTIONS', 'LOSS_PARAMS', 'LOSS_NAMES', 'contrastive_loss', 'reduce_loss', 'check_temperature', 'simple_loss',
-           'triplet_limit_loss', 'simple_limit_loss', 'n_informative', 'informative_mask', 'hard_contrastive_loss',
-           'hard_simple_loss', 'check_loss_params', 'apply_loss', 'dot_products', 'pair_similarities']
+__all__ = ['LOSS_LEVELS', 'LOSSES', 'REDUCTIONS', 'LOSS_PARAMS', 'LOSS_NAMES', 'LossSpec', 'register_loss', 'loss_spec',
+           'loss_names', 'contrastive_loss', 'reduce_loss', 'check_temperature', 'simple_loss', 'triplet_limit_loss',
+           'simple_limit_loss', 'n_informative', 'informative_mask', 'hard_contrastive_loss', 'hard_simple_loss',
+           'check_loss_params', 'apply_loss', 'dot_products', 'pair_similarities']
+
+# %% ../nbs/00_losses.ipynb #a0f1e2d4
+@dataclass(frozen=True)
+class LossSpec:
+    "One loss of the course: its function, the hyper-parameters it takes, how figures name and colour it, and its source."
+    name: str                  # the name configurations use, e.g. "contrastive"
+    fn: Callable               # similarity level: fn(pos, neg, reduction=..., **params); feature level: fn(z1, z2, generator=None, **params)
+    params: tuple              # the hyper-parameters it takes, from tau, alpha, lam
+    level: str = "similarity"  # "similarity" (takes pos and neg) or "feature" (takes the two views' embeddings, lesson 11)
+    label: str = ""            # its name in figures and menus
+    color: str = "#7f7f7f"     # its colour in figures
+    paper: str = ""            # where it is defined, e.g. "[WL21] Eq 1"
+    default_lam: Callable | None = None  # λ when none is given, from (n_negatives, alpha); None: no default
+    limit_of: str | None = None          # the loss it is a τ limit of (a playground of that loss already reaches it)
+
+LOSS_LEVELS = ("similarity", "feature")
+LOSSES: dict[str, LossSpec] = {}  # every registered loss, by name, in the order registered
+
+def register_loss(spec: LossSpec) -> LossSpec:
+    "Add `spec` to `LOSSES` (a `ValueError` naming it if the name is taken or the level unknown); returns it."
+    if not isinstance(spec, LossSpec): raise TypeError(f"register_loss takes a LossSpec, got {type(spec).__name__}")
+    if not isinstance(spec.name, str) or not spec.name.isidentifier():
+        raise ValueError(f"a loss's name must be a Python identifier such as 'contrastive', got {spec.name!r}")
+    if spec.level not in LOSS_LEVELS:
+        raise ValueError(f"loss {spec.name!r}: level must be one of {LOSS_LEVELS}, got {spec.level!r}")
+    if not callable(spec.fn): raise ValueError(f"loss {spec.name!r}: fn must be callable, got {spec.fn!r}")
+    if not isinstance(spec.params, tuple) or not all(isinstance(p, str) for p in spec.params):
+        raise ValueError(f"loss {spec.name!r}: params must be a tuple of hyper-parameter names, got {spec.params!r}")
+    if spec.name in LOSSES:
+        raise ValueError(f"loss {spec.name!r} is already registered ({LOSSES[spec.name].label or spec.name}); pick another name")
+    LOSSES[spec.name] = spec
+    return spec
+
+def loss_spec(name: str) -> LossSpec:
+    "The registered loss called `name`, or a `ValueError` naming the known ones."
+    if not isinstance(name, str) or name not in LOSSES: raise ValueError(f"loss must be one of {loss_names()}, got {name!r}")
+    return LOSSES[name]
+
+def loss_names(level: str | None = None) -> tuple[str, ...]:
+    "The names of the registered losses (of one `level`, if given), in the order registered."
+    if level is not None: check_choice("level", level, LOSS_LEVELS)
+    return tuple(n for n, s in LOSSES.items() if level is None or s.level == level)
+
 
 # %% ../nbs/00_losses.ipynb #e7c96f66
 def contrastive_loss(
@@ -32,6 +78,10 @@ def contrastive_loss(
     tau = check_temperature(tau, pos, neg)
     logits = torch.cat([pos[:, None], neg], dim=1) / tau  # [B, 1 + K], the positive in column 0
     return reduce_loss(-F.log_softmax(logits, dim=1)[:, 0], reduction)
+
+register_loss(LossSpec("contrastive", contrastive_loss, ("tau",), label="contrastive (Eq 1)", color="#1f77b4",
+                       paper="[WL21] Eq 1"))
+
 
 # %% ../nbs/00_losses.ipynb #485771ba
 REDUCTIONS = ("mean", "sum", "none")
@@ -73,6 +123,10 @@ def simple_loss(
     check_similarities(pos, neg)
     return reduce_loss(lam * neg.sum(dim=1) - pos, reduction)
 
+register_loss(LossSpec("simple", simple_loss, ("lam",), label="simple (Eq 3)", color="#2ca02c", paper="[WL21] Eq 3",
+                       default_lam=lambda n_negatives, alpha: 1 / n_negatives))  # Eq 7's λ = 1/K
+
+
 # %% ../nbs/00_losses.ipynb #c4ddc0b1
 def triplet_limit_loss(
     pos: Tensor,             # [B] positive similarity s_ii of each anchor
@@ -84,6 +138,10 @@ def triplet_limit_loss(
     tau = check_positive("tau", tau)
     check_similarities(pos, neg)
     return reduce_loss(F.relu(neg.amax(dim=1) - pos) / tau, reduction)
+
+register_loss(LossSpec("triplet_limit", triplet_limit_loss, ("tau",), label="triplet limit (Eq 6)", color="#ff7f0e",
+                       paper="[WL21] Eq 6", limit_of="contrastive"))
+
 
 # %% ../nbs/00_losses.ipynb #22bc897e
 def simple_limit_loss(
@@ -98,6 +156,10 @@ def simple_limit_loss(
     n_terms = neg.shape[1] + 1
     margins = neg.shape[1] * pos - neg.sum(dim=1)  # Σ_k (s_ii − s_ik)
     return reduce_loss(math.log(n_terms) - margins / (n_terms * tau), reduction)
+
+register_loss(LossSpec("simple_limit", simple_limit_loss, ("tau",), label="simple limit (Eq 7)", color="#8c564b",
+                       paper="[WL21] Eq 7", limit_of="contrastive"))
+
 
 # %% ../nbs/00_losses.ipynb #2f65f17d
 def n_informative(
@@ -135,6 +197,10 @@ def hard_contrastive_loss(
     logits = torch.cat([pos[:, None], kept], dim=1) / tau
     return reduce_loss(-F.log_softmax(logits, dim=1)[:, 0], reduction)
 
+register_loss(LossSpec("hard_contrastive", hard_contrastive_loss, ("tau", "alpha"), label="hard contrastive (Eq 9)",
+                       color="#d62728", paper="[WL21] Eq 9"))
+
+
 # %% ../nbs/00_losses.ipynb #3f0a16ac
 def hard_simple_loss(
     pos: Tensor,             # [B] positive similarity s_ii of each anchor
@@ -149,24 +215,23 @@ def hard_simple_loss(
     kept = neg.masked_fill(~informative_mask(neg, alpha), 0.0)
     return reduce_loss(lam * kept.sum(dim=1) - pos, reduction)
 
+register_loss(LossSpec("hard_simple", hard_simple_loss, ("alpha", "lam"), label="hard simple", color="#9467bd",
+                       paper="[WL21] Table 1 (HardSimple)",
+                       default_lam=lambda n_negatives, alpha: 1 / n_informative(n_negatives, alpha)))  # 1/K over the kept ⌈αK⌉
+
+
 # %% ../nbs/00_losses.ipynb #6f21c99f
-LOSS_PARAMS = {
-    "contrastive": ("tau",),
-    "hard_contrastive": ("tau", "alpha"),
-    "simple": ("lam",),
-    "hard_simple": ("alpha", "lam"),
-    "triplet_limit": ("tau",),
-    "simple_limit": ("tau",),
-}
+LOSS_PARAMS = {name: loss_spec(name).params for name in loss_names("similarity")}  # the six losses' hyper-parameters
 LOSS_NAMES = tuple(LOSS_PARAMS)
 
 def check_loss_params(
-    name: str,                # the loss's name
-    params: dict,             # the hyper-parameters given
-    table: dict = LOSS_PARAMS,# each loss's hyper-parameters
+    name: str,                  # the loss's name
+    params: dict,               # the hyper-parameters given
+    table: dict | None = None,  # each loss's hyper-parameters; None: the similarity losses registered now
     optional: tuple = ("lam",), # those that have a default (lam defaults to 1)
 ) -> None:
     "A `ValueError` unless `name` is a loss of `table` and `params` are exactly the hyper-parameters it takes."
+    if table is None: table = {n: LOSSES[n].params for n in loss_names("similarity")}
     if name not in table: raise ValueError(f"loss must be one of {tuple(table)}, got {name!r}")
     wanted = table[name]
     extra = sorted(set(params) - set(wanted))
@@ -175,17 +240,16 @@ def check_loss_params(
     if missing: raise ValueError(f"the {name} loss needs {', '.join(missing)}")
 
 def apply_loss(
-    name: str,               # one of `LOSS_NAMES`
+    name: str,               # a similarity loss of the registry, e.g. "contrastive"
     pos: Tensor,             # [B] positive similarity s_ii of each anchor
     neg: Tensor,             # [B, K] negative similarities s_ij of each anchor
     reduction: str = "mean", # "mean", "sum", or "none" (shape [B])
-    **params,                # the loss's hyper-parameters, from tau, alpha, lam (see `LOSS_PARAMS`)
+    **params,                # the loss's hyper-parameters, from tau, alpha, lam (its `loss_spec(name).params`)
 ) -> Tensor:
     "The loss called `name` on `pos` and `neg`, given exactly the hyper-parameters it takes."
     check_loss_params(name, params)
-    functions = {"contrastive": contrastive_loss, "hard_contrastive": hard_contrastive_loss, "simple": simple_loss,
-                 "hard_simple": hard_simple_loss, "triplet_limit": triplet_limit_loss, "simple_limit": simple_limit_loss}
-    return functions[name](pos, neg, reduction=reduction, **params)
+    return loss_spec(name).fn(pos, neg, reduction=reduction, **params)
+
 
 # %% ../nbs/00_losses.ipynb #7eade0a1
 @lru_cache(maxsize=16)
