@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .checks import check_choice, check_embeddings, check_nonnegative, check_positive
-from .losses import REDUCTIONS, contrastive_loss, pair_similarities
+from .losses import REDUCTIONS, LossSpec, contrastive_loss, loss_names, loss_spec, pair_similarities, register_loss
 
 # %% ../nbs/11_generalized_losses.ipynb #65b7666e
 def _reduce(per_row: Tensor, reduction: str) -> Tensor:
@@ -209,33 +209,46 @@ def decoupled_nt_xent_loss(
     return generalized_loss(z1, z2, lam, "logsumexp", tau=tau, loss_scaling=loss_scaling)
 
 # %% ../nbs/11_generalized_losses.ipynb #66e31658
-FEATURE_LOSS_PARAMS = {
-    "nt_xent": ("tau",),
-    "dcl": ("tau",),
-    "decoupled_nt_xent": ("tau", "lam"),
-    "align_logsumexp": ("tau", "lam"),
-    "align_swd": ("lam",),
-}
+def _nt_xent(z1, z2, generator=None, *, tau): return nt_xent_loss(z1, z2, tau)
+def _dcl(z1, z2, generator=None, *, tau): return dcl_loss(z1, z2, tau)
+def _decoupled_nt_xent(z1, z2, generator=None, *, tau, lam): return decoupled_nt_xent_loss(z1, z2, tau, lam)
+
+@_full_precision
+def _align_logsumexp(z1, z2, generator=None, *, tau, lam):
+    "The textbook split: alignment + λ · LogSumExp over the 2B views (per pair, self term out)."
+    lam = check_nonnegative("lam", lam)
+    return alignment_loss(z1, z2) + lam * logsumexp_loss(torch.cat([z1, z2]), tau)
+
+def _align_swd(z1, z2, generator=None, *, lam): return generalized_loss(z1, z2, lam, "swd", prior="hypersphere", generator=generator)
+
+_one = lambda n_negatives, alpha: 1.0  # the colab's default weight of the distribution term
+for spec in (LossSpec("nt_xent", _nt_xent, ("tau",), "feature", "NT-Xent", "#17becf", "[CLL20] Section 2 (SimCLR's NT-Xent)"),
+             LossSpec("dcl", _dcl, ("tau",), "feature", "DCL", "#e377c2", "Yeh et al. 2022 (DCL)"),
+             LossSpec("decoupled_nt_xent", _decoupled_nt_xent, ("tau", "lam"), "feature", "decoupled NT-Xent", "#bcbd22",
+                      "[CLL20] Section 2 (the colab's decoupled NT-Xent)", default_lam=_one),
+             LossSpec("align_logsumexp", _align_logsumexp, ("tau", "lam"), "feature", "alignment + LogSumExp", "#393b79",
+                      "[CLL20] Section 2 (alignment + LogSumExp)", default_lam=_one),
+             LossSpec("align_swd", _align_swd, ("lam",), "feature", "alignment + SWD", "#637939",
+                      "[CLL20] Section 2 (alignment + sliced Wasserstein)", default_lam=_one)):
+    register_loss(spec)
+
+FEATURE_LOSS_PARAMS = {name: loss_spec(name).params for name in loss_names("feature")}  # the five losses' hyper-parameters
 FEATURE_LOSS_NAMES = tuple(FEATURE_LOSS_PARAMS)
 
 @_full_precision
 def apply_feature_loss(
-    name: str,                                # one of `FEATURE_LOSS_NAMES`
+    name: str,                                # a feature loss of the registry, e.g. "nt_xent"
     z1: Tensor,                               # [B, d] embeddings of the first view
     z2: Tensor,                               # [B, d] embeddings of the second view
     generator: torch.Generator | None = None, # randomness of align_swd's projections (ignored by the others)
-    **params,                                 # exactly the loss's hyper-parameters (see `FEATURE_LOSS_PARAMS`)
+    **params,                                 # exactly the loss's hyper-parameters (its `loss_spec(name).params`)
 ) -> Tensor:
     "The feature-level loss called `name` on two views of a batch, given exactly the hyper-parameters it takes."
-    if name not in FEATURE_LOSS_PARAMS: raise ValueError(f"loss must be one of {FEATURE_LOSS_NAMES}, got {name!r}")
-    wanted = FEATURE_LOSS_PARAMS[name]
-    extra, missing = sorted(set(params) - set(wanted)), [p for p in wanted if p not in params]
-    if extra: raise ValueError(f"the {name} loss takes {', '.join(wanted)}; it does not take {', '.join(extra)}")
+    names = loss_names("feature")
+    if name not in names: raise ValueError(f"loss must be one of {names}, got {name!r}")
+    spec = loss_spec(name)
+    extra, missing = sorted(set(params) - set(spec.params)), [p for p in spec.params if p not in params]
+    if extra: raise ValueError(f"the {name} loss takes {', '.join(spec.params)}; it does not take {', '.join(extra)}")
     if missing: raise ValueError(f"the {name} loss needs {', '.join(missing)}")
-    if name == "nt_xent": return nt_xent_loss(z1, z2, params["tau"])
-    if name == "dcl": return dcl_loss(z1, z2, params["tau"])
-    if name == "decoupled_nt_xent": return decoupled_nt_xent_loss(z1, z2, params["tau"], params["lam"])
-    if name == "align_logsumexp":
-        lam = check_nonnegative("lam", params["lam"])
-        return alignment_loss(z1, z2) + lam * logsumexp_loss(torch.cat([z1, z2]), params["tau"])
-    return generalized_loss(z1, z2, params["lam"], "swd", prior="hypersphere", generator=generator)
+    return spec.fn(z1, z2, generator=generator, **params)
+

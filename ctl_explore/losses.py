@@ -50,10 +50,16 @@ def register_loss(spec: LossSpec) -> LossSpec:
     if not callable(spec.fn): raise ValueError(f"loss {spec.name!r}: fn must be callable, got {spec.fn!r}")
     if not isinstance(spec.params, tuple) or not all(isinstance(p, str) for p in spec.params):
         raise ValueError(f"loss {spec.name!r}: params must be a tuple of hyper-parameter names, got {spec.params!r}")
-    if spec.name in LOSSES:
-        raise ValueError(f"loss {spec.name!r} is already registered ({LOSSES[spec.name].label or spec.name}); pick another name")
-    LOSSES[spec.name] = spec
+    old = LOSSES.get(spec.name)
+    if old is not None and _declared(old) != _declared(spec):
+        raise ValueError(f"loss {spec.name!r} is already registered ({old.label or old.name}, {old.paper or 'no source'}) "
+                         f"as another loss; pick another name")
+    LOSSES[spec.name] = spec  # re-running the cell that declares a loss replaces it with itself
     return spec
+
+def _declared(spec: LossSpec) -> tuple:
+    "What a declaration says, with its function by name: the same for the same cell run twice."
+    return (spec.params, spec.level, spec.label, spec.color, spec.paper, spec.limit_of, getattr(spec.fn, "__qualname__", spec.fn))
 
 def loss_spec(name: str) -> LossSpec:
     "The registered loss called `name`, or a `ValueError` naming the known ones."
