@@ -5,12 +5,13 @@
 # %% ../nbs/04_data.ipynb #1a4f5bff
 from __future__ import annotations
 
-import gzip, hashlib, math, os, shutil, tempfile, warnings
+import gzip, hashlib, math, os, re, shutil, tempfile, warnings
 from functools import lru_cache
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Sequence
+from types import MappingProxyType
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -19,14 +20,15 @@ from fastcore.basics import patch
 from torch import Tensor
 from tqdm import tqdm
 
-from .checks import check_interval, check_probability, checking_values
+from .checks import check_int, check_interval, check_probability, checking_values
 
 # %% auto #0
-__all__ = ['IMAGENET100_CLASSES', 'CACHE_ENV', 'EVAL_CROP_FRACTION', 'DATASETS', 'FULL_IMAGE_SIZE', 'NORMALIZATION', 'ImageData',
-           'stratified_split', 'DatasetNotFoundError', 'CorruptImageError', 'data_root', 'imagenet100_files',
-           'imagenet_cache_dir', 'decode_image_file', 'FullImages', 'ImageFiles', 'load_dataset', 'sample_crop_boxes',
-           'resized_crop', 'grayscale', 'hue_shift', 'adjust_color', 'gaussian_blur', 'image_stats', 'AugmentParams',
-           'augment_params', 'ViewDraws', 'sample_view', 'augment_view', 'TwoViewAugment', 'to_float']
+__all__ = ['IMAGENET100_CLASSES', 'CACHE_ENV', 'EVAL_CROP_FRACTION', 'LOAD_OPTIONS', 'DATASETS', 'FULL_IMAGE_SIZE',
+           'NORMALIZATION', 'ImageData', 'stratified_split', 'DatasetNotFoundError', 'CorruptImageError', 'data_root',
+           'imagenet100_files', 'imagenet_cache_dir', 'decode_image_file', 'FullImages', 'ImageFiles', 'DatasetSpec',
+           'register_dataset', 'dataset_spec', 'load_dataset', 'sample_crop_boxes', 'resized_crop', 'grayscale',
+           'hue_shift', 'adjust_color', 'gaussian_blur', 'image_stats', 'AugmentParams', 'augment_params', 'ViewDraws',
+           'sample_view', 'augment_view', 'TwoViewAugment', 'to_float']
 
 # %% ../nbs/04_data.ipynb #9b3c1c68
 def _check_uint8_images(name: str, images) -> Tensor:
@@ -106,7 +108,6 @@ def data_root() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "ctl_explore" / "data"
 
 # %% ../nbs/04_data.ipynb #4e087bfd
-_TORCHVISION_CLASS = {"cifar10": "CIFAR10", "cifar100": "CIFAR100", "svhn": "SVHN", "mnist": "MNIST"}
 _MNIST_FILES = [f"MNIST/raw/{split}-{kind}" for split in ("train", "t10k") for kind in ("images-idx3-ubyte", "labels-idx1-ubyte")]
 
 def _write_atomically(path: Path, write) -> None:
@@ -147,7 +148,7 @@ def _not_idx(root: Path, files: list[str]) -> DatasetNotFoundError:
 
 def _load_torchvision(name: str, root: Path, train: bool, download: bool) -> ImageData:
     import torchvision.datasets
-    cls = getattr(torchvision.datasets, _TORCHVISION_CLASS[name])
+    cls = getattr(torchvision.datasets, name.upper())  # torchvision's CIFAR10, CIFAR100, SVHN, MNIST
     files = _torchvision_files(cls, name, train)
     if name == "mnist": _gunzip_missing(root, files)
     missing = [f for f in files if not (root / f).is_file()]
@@ -464,13 +465,106 @@ def verify(self: ImageFiles, progress: bool = True) -> None:
     _decode_every(self.files, lambda i: decode_image_file(self.files[i]), self.num_workers, progress,
                   f"checking {len(self)} image files")
 
+# %% ../nbs/04_data.ipynb #02f2301c
+LOAD_OPTIONS = ("classes", "max_per_class", "num_workers", "cache_dir", "progress", "full_images")  # load_dataset's per-loader options
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    "One dataset, declared once: its loader, default size, channels, classes, normalisation, two-view recipe and linear-probe augmentation."
+    name: str                       # the key in DATASETS: load_dataset(name), PretrainConfig(dataset=name), --dataset name
+    load: Callable[..., ImageData]  # load(root, train, image_size, download, **options) -> ImageData of uint8 [N, channels, image_size, image_size]
+    image_size: int                 # the default side of the images
+    channels: int                   # 1 (grey) or 3 (RGB)
+    n_classes: int
+    mean: tuple[float, ...]         # per-channel mean of the training images on the [0, 1] scale: the normalisation
+    std: tuple[float, ...]          # per-channel standard deviation, likewise
+    augment: Mapping = field(default_factory=dict, hash=False)        # the two-view recipe: AugmentParams fields that differ from its defaults
+    probe_augment: Mapping = field(default_factory=dict, hash=False)  # the linear probe's training images: fields changed from the recipe without colour or blur
+    source: str = ""                # where the files come from and how to get them
+    options: tuple[str, ...] = ()   # the LOAD_OPTIONS its loader takes (the others are refused for this dataset)
+
+    def __post_init__(self):
+        set_ = lambda k, v: object.__setattr__(self, k, v)
+        if not isinstance(self.name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", self.name):
+            raise ValueError(f"name must be a non-empty string of letters, digits, '_', '.' or '-', got {self.name!r}")
+        if not callable(self.load): raise ValueError(f"load must be callable (root, train, image_size, download, **options), got {self.load!r}")
+        for k in ("image_size", "channels"): set_(k, check_int(k, getattr(self, k), 1))
+        set_("n_classes", check_int("n_classes", self.n_classes, 2, why="a dataset to classify"))
+        mean, std = (tuple(float(v) for v in getattr(self, k)) for k in ("mean", "std"))
+        if len(mean) != self.channels or len(std) != self.channels or not all(s > 0 for s in std):
+            raise ValueError(f"mean and std must have one entry per channel ({self.channels}) and std > 0, got {self.mean!r}, {self.std!r}")
+        set_("mean", mean); set_("std", std)
+        for k in ("augment", "probe_augment"):
+            v = getattr(self, k)
+            if not isinstance(v, Mapping) or not all(isinstance(f, str) for f in v):
+                raise ValueError(f"{k} must be a mapping of AugmentParams field names to values, got {v!r}")
+            set_(k, MappingProxyType(dict(v)))  # read-only, like the rest of the declaration
+        if not isinstance(self.options, tuple) or not set(self.options) <= set(LOAD_OPTIONS):
+            raise ValueError(f"options must be a tuple of names from {LOAD_OPTIONS}, got {self.options!r}")
+
+DATASETS: dict[str, DatasetSpec] = {}  # name -> DatasetSpec; iterating it gives the names
+
+def register_dataset(spec: DatasetSpec, overwrite: bool = False) -> DatasetSpec:
+    "Declare a dataset: load_dataset, the augmentation presets, pretrain, the linear probe and the CLI find it under spec.name."
+    if not isinstance(spec, DatasetSpec): raise ValueError(f"spec must be a DatasetSpec, got {type(spec).__name__}")
+    if spec.name in DATASETS and DATASETS[spec.name] != spec and not overwrite:
+        raise ValueError(f"a dataset named {spec.name!r} is already registered: pass overwrite=True to replace it")
+    DATASETS[spec.name] = spec
+    return spec
+
+def _spec_of(name, argument: str) -> DatasetSpec:
+    spec = DATASETS.get(name) if isinstance(name, str) else None
+    if spec is None: raise ValueError(f"{argument} must be one of {tuple(DATASETS)}, got {name!r}")
+    return spec
+
+def dataset_spec(name: str) -> DatasetSpec:
+    "The declaration of the dataset `name`; a ValueError naming the registered datasets if there is none."
+    return _spec_of(name, "dataset")
+
+def _torchvision_loader(name: str) -> Callable[..., ImageData]:
+    def load(root: Path | None, train: bool, image_size: int, download: bool) -> ImageData:
+        data = _load_torchvision(name, root if root is not None else data_root(), train, download)
+        return replace(data, images=_resize_uint8(data.images, image_size))
+    return load
+
+def _digits_loader(root: Path | None, train: bool, image_size: int, download: bool) -> ImageData:
+    return _load_digits(train, image_size)  # in scikit-learn: no root, nothing to download
+
+def _imagenet100_loader(root: Path | None, train: bool, image_size: int, download: bool, classes, max_per_class, num_workers,
+                        cache_dir, progress, full_images) -> ImageData:
+    root = root if root is not None else data_root() / "imagenet"
+    return _load_imagenet100(root, train, image_size, classes, max_per_class, num_workers, cache_dir, progress, full_images)
+
+_DOWNLOAD = "in root (default data_root()); load_dataset(..., download=True) fetches them"
+_WL21_CIFAR = dict(jitter_p=1.0, hue=0.4)                            # [WL21]'s code for CIFAR and SVHN
+_WHOLE_IMAGE = dict(crop_scale=(1.0, 1.0), crop_ratio=(1.0, 1.0))    # the probe sees the whole image (flipped where the recipe flips)
+for _spec in [
+    DatasetSpec("digits", _digits_loader, 16, 1, 10, (0.3060,), (0.3192,),
+                augment=dict(crop_scale=(0.5, 1.0), flip_p=0.0, max_rotation=15.0, saturation=0.0, hue=0.0, grayscale_p=0.0),
+                probe_augment={},  # the pretraining's crops and rotations
+                source="scikit-learn's load_digits (1,797 8x8 images, installed with scikit-learn); a stratified 80/20 split"),
+    DatasetSpec("cifar10", _torchvision_loader("cifar10"), 32, 3, 10, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616),
+                augment=_WL21_CIFAR, probe_augment=_WHOLE_IMAGE, source=f"torchvision's CIFAR10 files (cifar-10-batches-py) {_DOWNLOAD}"),
+    DatasetSpec("cifar100", _torchvision_loader("cifar100"), 32, 3, 100, (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762),
+                augment=_WL21_CIFAR, probe_augment=_WHOLE_IMAGE, source=f"torchvision's CIFAR100 files (cifar-100-python) {_DOWNLOAD}"),
+    DatasetSpec("svhn", _torchvision_loader("svhn"), 32, 3, 10, (0.4377, 0.4438, 0.4728), (0.1980, 0.2010, 0.1970),
+                augment=_WL21_CIFAR, probe_augment=_WHOLE_IMAGE, source=f"torchvision's SVHN files (train_32x32.mat, test_32x32.mat) {_DOWNLOAD}"),
+    DatasetSpec("imagenet100", _imagenet100_loader, 64, 3, 100, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225),
+                augment=dict(blur_p=0.5), probe_augment=dict(crop_scale=(0.08, 1.0)),  # the probe: RandomResizedCrop(224, (0.08, 1)) + flip
+                source="the 100 classes of IMAGENET100_CLASSES in an ImageNet (ILSVRC2012) folder you already have, "
+                       "root/train/<wnid>/ and root/val/<wnid>/ (default data_root()/'imagenet'); no download",
+                options=LOAD_OPTIONS),
+    DatasetSpec("mnist", _torchvision_loader("mnist"), 28, 1, 10, (0.1307,), (0.3081,),  # [CLL20]'s RandBit colab: a crop, nothing else
+                augment=dict(crop_scale=(0.5, 1.0), flip_p=0.0, jitter_p=0.0, saturation=0.0, hue=0.0, grayscale_p=0.0),
+                probe_augment=_WHOLE_IMAGE, source=f"torchvision's MNIST files (MNIST/raw, .gz accepted) {_DOWNLOAD}"),
+]: register_dataset(_spec)
+
+
 # %% ../nbs/04_data.ipynb #eb72ee6e
-DATASETS = ("digits", "cifar10", "cifar100", "svhn", "imagenet100", "mnist")
-_DEFAULT_SIZE = {"digits": 16, "cifar10": 32, "cifar100": 32, "svhn": 32, "imagenet100": 64, "mnist": 28}
 FULL_IMAGE_SIZE = 224  # ImageNet100 with full_images=True: [WL21]'s crop side
 
 def load_dataset(
-    name: str,                              # one of DATASETS
+    name: str,                              # a registered dataset: one of DATASETS
     root: str | Path | None = None,         # where the files are: default data_root() (imagenet100: data_root()/"imagenet")
     train: bool = True,                     # the training split, else the test split (ImageNet100: val)
     download: bool = False,                 # cifar10, cifar100, svhn, mnist: download into root if missing
@@ -484,27 +578,26 @@ def load_dataset(
     full_images: bool = False,              # imagenet100 only: keep the files, decode each batch at full resolution ([WL21]'s protocol)
 ) -> ImageData:
     "A dataset split as an ImageData: images uint8 [N, C, image_size, image_size] (with full_images, an `ImageFiles`), labels int64 [N]."
-    if name not in DATASETS: raise ValueError(f"name must be one of {DATASETS}, got {name!r}")
+    spec = _spec_of(name, "name")
     if not isinstance(full_images, bool): raise ValueError(f"full_images must be True or False, got {full_images!r}")
-    size = (FULL_IMAGE_SIZE if full_images else _DEFAULT_SIZE[name]) if image_size is None else image_size
+    size = (FULL_IMAGE_SIZE if full_images else spec.image_size) if image_size is None else image_size
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise ValueError(f"image_size must be an integer >= 1 or None, got {image_size!r}")
-    if name != "imagenet100":
-        extra = dict(classes=classes, max_per_class=max_per_class, num_workers=num_workers,
-                     cache_dir=None if cache_dir is True or cache_dir is False else cache_dir, full_images=full_images or None)
-        given = [k for k, v in extra.items() if v is not None]
-        if given: raise ValueError(f"{', '.join(given)} only apply to imagenet100, not {name!r}")
+    options = dict(classes=classes, max_per_class=max_per_class, num_workers=num_workers, cache_dir=cache_dir,
+                   progress=progress, full_images=full_images)
+    unset = dict(classes=(None,), max_per_class=(None,), num_workers=(None,), cache_dir=(True, False, None), full_images=(False,))
+    given = [k for k, nothing in unset.items() if k not in spec.options and not any(options[k] is v for v in nothing)]
+    if given:
+        takers = [n for n, s in DATASETS.items() if set(given) <= set(s.options)]
+        raise ValueError(f"{', '.join(given)} only apply to {', '.join(takers) or 'no registered dataset'}, not {name!r}")
     if full_images and cache_dir is not True and cache_dir is not False and cache_dir is not None:
         raise ValueError("cache_dir does not apply with full_images=True: the files are decoded batch by batch, nothing is cached")
-    if name == "digits":
-        data = _load_digits(train, size)
-    elif name == "imagenet100":
-        root = Path(root).expanduser() if root is not None else data_root() / "imagenet"
-        data = _load_imagenet100(root, train, size, classes, max_per_class, num_workers, cache_dir, progress, full_images)
-    else:
-        data = _load_torchvision(name, Path(root).expanduser() if root is not None else data_root(), train, download)
-        data = replace(data, images=_resize_uint8(data.images, size))
+    data = spec.load(Path(root).expanduser() if root is not None else None, train, size, download,
+                     **{k: options[k] for k in spec.options})
+    if not isinstance(data, ImageData):
+        raise ValueError(f"the loader of dataset {name!r} returned a {type(data).__name__}, not an ImageData")
     return data.to(device) if device is not None else data
+
 
 # %% ../nbs/04_data.ipynb #1117b39d
 def _check_float_images(name: str, x) -> Tensor:
@@ -692,14 +785,17 @@ def gaussian_blur(
     return y.view(n, c, height, width)
 
 # %% ../nbs/04_data.ipynb #5d6d0448
-NORMALIZATION = {  # per-channel (mean, std) of the training images, values in [0, 1]
-    "digits": ((0.3060,), (0.3192,)),
-    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
-    "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
-    "svhn": ((0.4377, 0.4438, 0.4728), (0.1980, 0.2010, 0.1970)),
-    "imagenet100": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
-    "mnist": ((0.1307,), (0.3081,)),
-}
+class _PerDataset(Mapping):
+    "A read-only view, keyed by dataset name, of one thing every DatasetSpec declares."
+    def __init__(self, read: Callable[[DatasetSpec], object]): self._read = read
+    def __getitem__(self, name: str):
+        if name not in DATASETS: raise KeyError(name)
+        return self._read(DATASETS[name])
+    def __iter__(self): return iter(DATASETS)
+    def __len__(self) -> int: return len(DATASETS)
+    def __repr__(self) -> str: return repr(dict(self))
+
+NORMALIZATION = _PerDataset(lambda spec: (spec.mean, spec.std))  # name -> per-channel (mean, std) of the training images, in [0, 1]
 
 def image_stats(images: Tensor) -> tuple[tuple[float, ...], tuple[float, ...]]:
     "Per-channel mean and standard deviation of uint8 images [N, C, H, W], on the [0, 1] scale."
@@ -749,18 +845,18 @@ class AugmentParams:
         if len(self.mean) != len(self.std) or not all(s > 0 for s in self.std):
             raise ValueError(f"mean and std must have one entry per channel and std > 0, got {self.mean!r}, {self.std!r}")
 
+def _check_recipes(spec: DatasetSpec) -> None:
+    allowed = [f.name for f in fields(AugmentParams) if f.name not in ("size", "mean", "std")]
+    for what in ("augment", "probe_augment"):
+        unknown = [k for k in getattr(spec, what) if k not in allowed]
+        if unknown: raise ValueError(f"dataset {spec.name!r}: {what} sets {unknown}, which are not among the recipe's fields {allowed}")
+
 def augment_params(dataset: str, size: int | None = None) -> AugmentParams:
-    "The augmentation preset for a dataset of DATASETS (see the table above), with output side `size` (default: the input's)."
-    if dataset not in DATASETS: raise ValueError(f"dataset must be one of {DATASETS}, got {dataset!r}")
-    mean, std = NORMALIZATION[dataset]
-    if dataset == "digits":
-        return AugmentParams(size, crop_scale=(0.5, 1.0), flip_p=0.0, max_rotation=15.0, saturation=0.0, hue=0.0,
-                             grayscale_p=0.0, mean=mean, std=std)
-    if dataset == "imagenet100": return AugmentParams(size, blur_p=0.5, mean=mean, std=std)
-    if dataset == "mnist":  # [CLL20]'s RandBit colab: a random resized crop and nothing else
-        return AugmentParams(size, crop_scale=(0.5, 1.0), flip_p=0.0, jitter_p=0.0, saturation=0.0, hue=0.0, grayscale_p=0.0,
-                             mean=mean, std=std)
-    return AugmentParams(size, jitter_p=1.0, hue=0.4, mean=mean, std=std)  # [WL21]'s code for CIFAR and SVHN
+    "The two-view recipe of a registered dataset (its DatasetSpec's `augment`; see the table above), with output side `size` (default: the input's)."
+    spec = dataset_spec(dataset)
+    _check_recipes(spec)
+    return AugmentParams(size, mean=spec.mean, std=spec.std, **spec.augment)
+
 
 # %% ../nbs/04_data.ipynb #cdefb1d3
 @dataclass

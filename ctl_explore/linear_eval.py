@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .checks import check_bool, check_in_range, check_int, check_nonnegative, check_positive
-from .data import DATASETS, AugmentParams, ImageData, TwoViewAugment, augment_params, load_dataset
+from .data import DATASETS, AugmentParams, ImageData, TwoViewAugment, augment_params, dataset_spec, load_dataset
 from .models import Encoder
 from .train import PretrainConfig, build_model, resolve_device, embed, load_checkpoint, threads_for, write_json_atomic
 
@@ -96,12 +96,9 @@ def linear_probe(
 
 # %% ../nbs/08_linear_eval.ipynb #7835d303
 def probe_augment_params(dataset: str, size: int | None = None) -> AugmentParams:
-    "The augmentation of the probe's training images for a dataset of DATASETS (geometric only; see the table above)."
-    if dataset not in DATASETS: raise ValueError(f"dataset must be one of {DATASETS}, got {dataset!r}")
+    "The augmentation of the probe's training images for a registered dataset: its two-view recipe without colour or blur, changed by its DatasetSpec's `probe_augment` (see the table above)."
     base = replace(augment_params(dataset, size), jitter_p=0.0, grayscale_p=0.0, blur_p=0.0)
-    if dataset == "imagenet100": return replace(base, crop_scale=(0.08, 1.0))          # RandomResizedCrop(224, (0.08, 1)) + flip
-    if dataset == "digits": return base                                                # the pretraining's crops and rotations
-    return replace(base, crop_scale=(1.0, 1.0), crop_ratio=(1.0, 1.0))                 # the whole image: flips only
+    return replace(base, **dataset_spec(dataset).probe_augment)
 
 def augmented_linear_probe(
     model: Encoder,                          # frozen: run in evaluation mode, never updated
