@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['WORDS_PER_MINUTE', 'CODE_LINES_PER_MINUTE', 'MINUTES_PER_EXERCISE', 'READING_RULE', 'PLANS', 'KEY_FIGURE_LESSONS',
-           'is_hidden', 'count_exercises', 'LessonStats', 'lesson_stats', 'lessons', 'reading_table', 'Slot',
-           'headings', 'check_plan', 'plan_markdown', 'answer_key', 'answer_key_html', 'figure_blocks', 'figures_page',
-           'instructors_page']
+__all__ = ['WORDS_PER_MINUTE', 'CODE_LINES_PER_MINUTE', 'MINUTES_PER_EXERCISE', 'READING_RULE', 'SITE_LINK', 'MARKERS',
+           'CORE_LESSONS', 'MAX_TEST_SHARE', 'PLANS', 'KEY_FIGURE_LESSONS', 'is_hidden', 'count_exercises',
+           'LessonStats', 'lesson_stats', 'lessons', 'reading_table', 'lesson_header', 'course_table', 'site_url',
+           'site_link_line', 'update_docs', 'main', 'is_test_cell', 'lesson_shape', 'Slot', 'headings', 'check_plan',
+           'plan_markdown', 'answer_key', 'answer_key_html', 'figure_blocks', 'figures_page', 'instructors_page']
 
 # %% ../nbs/93_course_kit.ipynb #e83790cb
 WORDS_PER_MINUTE = 130
@@ -77,6 +78,129 @@ def reading_table(nbs: str | Path = ".", link: str = "") -> str:
         rows.append(f"| [{p.stem[:2]}]({link}{p.name}) | {s.words:,} | {s.code_lines:,} | {s.exercises} | {s.minutes} min |")
     rows.append(f"| all | | | | {total // 60} h {total % 60:02d} min |")
     return "\n".join(rows)
+
+# %% ../nbs/93_course_kit.ipynb #aa85be8f
+def lesson_header(path: str | Path) -> tuple[str, str, str]:
+    "(title, one-line summary, module) of a lesson: its '# ' title, the '> ' line under it, and the module its `default_exp` names ('' if none)."
+    cells = json.loads(Path(path).read_text())["cells"]
+    first = next((_source(c) for c in cells if c["cell_type"] == "markdown"), "")
+    title = re.search(r"^#\s+(.+)$", first, re.M)
+    summary = re.search(r"^>\s*(.+)$", first, re.M)
+    exp = next((m.group(1) for c in cells if c["cell_type"] == "code"
+                for m in [re.search(r"^#\|\s*default_exp\s+(\S+)", _source(c), re.M)] if m), "")
+    if not title or not summary: raise ValueError(f"{Path(path).name}: its first markdown cell needs a '# title' and a '> summary' line")
+    return title.group(1).strip(), summary.group(1).strip(), f"ctl_explore.{exp}" if exp else ""
+
+def course_table(nbs: str | Path = ".", link: str = "") -> str:
+    "A markdown table of every lesson: number and title (linked, `link` prefixing the notebook's name), its summary line, its module."
+    rows = ["| lesson | what it shows | module |", "|---|---|---|"]
+    for p in lessons(nbs):
+        title, summary, module = lesson_header(p)
+        rows.append(f"| [{p.stem[:2]} · {title}]({link}{p.name}) | {summary.replace('|', '∣')} | {f'`{module}`' if module else ''} |")
+    return "\n".join(rows)
+
+def _nbdev_settings(root: Path) -> dict:
+    "The string settings of pyproject.toml's [tool.nbdev] table (read by hand: tomllib is Python 3.11's, and 3.10 is supported)."
+    text = (Path(root) / "pyproject.toml").read_text()
+    table = re.search(r"^\[tool\.nbdev\]\s*$(.*?)(?=^\[|\Z)", text, re.M | re.S)
+    return dict(re.findall(r'^(\w+)\s*=\s*"([^"]*)"', table.group(1), re.M)) if table else {}
+
+def site_url(root: str | Path = "..") -> str:
+    "Where the published site is served: pyproject's [tool.nbdev] doc_host + doc_baseurl, with no trailing slash."
+    s = _nbdev_settings(Path(root))
+    if not s.get("doc_host"): raise ValueError(f"{Path(root) / 'pyproject.toml'}: [tool.nbdev] has no doc_host, so lessons cannot link to the site")
+    return s["doc_host"].rstrip("/") + "/" + s.get("doc_baseurl", "").strip("/")
+
+SITE_LINK = re.compile(r"^\*On the course site: .*\*$", re.M)  # the line under each lesson's summary; the site's own pages drop it
+
+def site_link_line(stem: str, url: str) -> str:
+    "The line that sends a reader of the notebook (on GitHub, say) to the lesson's page, where its figures and explorables are drawn."
+    return f"*On the course site: [{stem}.html]({url.rstrip('/')}/{stem}.html), with every figure drawn.*"
+
+
+# %% ../nbs/93_course_kit.ipynb #3120fc36
+MARKERS = {"reading-times": "ctl_explore.course.reading_table", "course-table": "ctl_explore.course.course_table"}
+
+def _between(text: str, name: str, body: str) -> str:
+    "`text` with what lies between the `name` markers replaced by `body` (a ValueError if the markers are missing)."
+    start, end = f"<!-- {name}: made by {MARKERS[name]} -->", f"<!-- /{name} -->"
+    if start not in text or end not in text: raise ValueError(f"the markers {start!r} ... {end!r} are missing")
+    return text[:text.index(start) + len(start)] + "\n" + body + "\n" + text[text.index(end):]
+
+def _with_site_link(first: str, line: str) -> str:
+    "A lesson's first markdown cell with the site link `line` right after its summary line (replacing an older link)."
+    first = SITE_LINK.sub("", first).replace("\n\n\n", "\n\n")
+    m = re.search(r"^>.*$", first, re.M)
+    return first[:m.end()] + "\n\n" + line + first[m.end():]
+
+def update_docs(root: str | Path = "..", write: bool = True) -> list[str]:
+    """Bring README.md, nbs/index.ipynb and each lesson's site link in step with the lessons; the files that were (or,
+    with `write=False`, would be) changed. Run `python -m ctl_explore.course` after adding or changing a lesson."""
+    root = Path(root); nbs = root / "nbs"; url = site_url(root); changed = []
+    def put(path: Path, new: str):
+        if path.read_text() != new:
+            changed.append(str(path.relative_to(root)))
+            if write: path.write_text(new)
+    readme = (root / "README.md").read_text()
+    readme = _between(_between(readme, "reading-times", reading_table(nbs, link="nbs/")), "course-table", course_table(nbs, link="nbs/"))
+    put(root / "README.md", readme)
+    def fix_nb(path: Path, change):
+        nb = json.loads(path.read_text())
+        change(nb["cells"])
+        put(path, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    def index_cells(cells):
+        for c in cells:
+            if c["cell_type"] != "markdown": continue
+            s = _source(c)
+            if "<!-- reading-times:" in s: s = _between(s, "reading-times", reading_table(nbs))
+            if "<!-- course-table:" in s: s = _between(s, "course-table", course_table(nbs))
+            c["source"] = s
+    fix_nb(nbs / "index.ipynb", index_cells)
+    for p in lessons(nbs):
+        def link(cells, stem=p.stem):
+            c = next(c for c in cells if c["cell_type"] == "markdown")
+            c["source"] = _with_site_link(_source(c), site_link_line(stem, url))
+        fix_nb(p, link)
+    return changed
+
+def main(argv: list[str] | None = None) -> int:
+    "`python -m ctl_explore.course [--check]`: update the course's tables and links, or (--check) only say what is stale."
+    import argparse
+    parser = argparse.ArgumentParser(prog="python -m ctl_explore.course", description=update_docs.__doc__.split(";")[0])
+    parser.add_argument("--root", default=".", help="the repository (default: the current folder)")
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if something is stale")
+    args = parser.parse_args(argv)
+    changed = update_docs(args.root, write=not args.check)
+    for name in changed: print(("stale: " if args.check else "updated: ") + name)
+    return 1 if (changed and args.check) else 0
+
+
+# %% ../nbs/93_course_kit.ipynb #632699e6
+if __name__ == "__main__":
+    import sys
+    sys.exit(main())
+
+# %% ../nbs/93_course_kit.ipynb #7bc141de
+CORE_LESSONS = ("00", "01", "02", "03", "06", "07", "08", "09")  # the lessons a class reads; the others are further reading or appendices
+MAX_TEST_SHARE = 0.25  # at most a quarter of the code cells a reader sees in a core lesson may be checks
+_TEST_LINE = re.compile(r"^(?:test_\w+\(|assert\b)", re.M)  # a check at the cell's top level (not inside a function it defines)
+_ENGINEERING_TALK = re.compile(r"\bCI\b|\btests/|\btest_\w+\.py\b|\bissues? #?\d+|\b(?:earlier|older|previous) versions?\b", re.I)
+
+def is_test_cell(cell: dict) -> bool:
+    "A visible code cell whose top level checks something (`test_eq(...)`, `assert ...`): an exported cell never is one."
+    src = _source(cell)
+    return cell["cell_type"] == "code" and not is_hidden(cell) and "#| export" not in src and bool(_TEST_LINE.search(src))
+
+def lesson_shape(path: str | Path) -> dict:
+    "What a reader meets in a lesson: visible code cells, how many are checks, their share, and prose sentences that talk about the project's engineering."
+    cells = json.loads(Path(path).read_text())["cells"]
+    visible = [c for c in cells if c["cell_type"] == "code" and not is_hidden(c)]  # what a reader sees, the library's cells included
+    tests = sum(is_test_cell(c) for c in visible)
+    talk = [m.group(0) for c in cells if c["cell_type"] == "markdown" for m in _ENGINEERING_TALK.finditer(_source(c))]
+    return dict(code_cells=len(visible), test_cells=tests, test_share=tests / max(1, len(visible)), engineering_talk=talk,
+                objectives=any(re.search(r"After this lesson you can", _source(c)) for c in cells if c["cell_type"] == "markdown"),
+                takeaways=any(re.match(r"##\s*Key takeaways", _source(c).strip()) for c in cells if c["cell_type"] == "markdown"))
+
 
 # %% ../nbs/93_course_kit.ipynb #7a31406c
 @dataclass

@@ -263,12 +263,14 @@ def _note_output(text: str):
 def page_notebook(nb, skipped: dict[int, str] | None = None):
     "A copy of executed notebook `nb` as its page shows it, and counts {'figures', 'images', 'widgets', 'hidden_cells', 'skipped_cells'}."
     import copy
+    from ctl_explore.course import SITE_LINK
     nb = copy.deepcopy(nb)
     skipped = skipped or {}
     counts = dict(figures=0, images=0, widgets=0, hidden_cells=0, skipped_cells=len(skipped))
     cells = []
     for i, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
+            if cell.cell_type == "markdown": cell.source = SITE_LINK.sub("", cell.source)  # a page needs no link to itself
             cells.append(cell)
             continue
         if is_hidden(cell.source):

@@ -329,3 +329,15 @@ def test_instructors_pages_read_offline(site, browser):
             context.close()
     key = (out / "answer-key.html").read_text()
     assert "<script" not in key and "Lesson 11_generalized_losses" in key and "check_exercise_1(" in key
+
+
+def test_a_page_drops_its_lessons_link_to_the_site(site):
+    "Each lesson's notebook links to its page on the published site; the page itself does not link to itself."
+    out, manifest, _ = site
+    from ctl_explore.course import SITE_LINK
+    for page in manifest["pages"]:
+        nb = json.loads((NBS / page["notebook"]).read_text())
+        first = next("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+        if page["notebook"] != "index.ipynb":
+            assert SITE_LINK.search(first), f"{page['notebook']} has no link to its page on the site"
+        assert "On the course site:" not in (out / page["page"]).read_text(encoding="utf-8"), page["page"]
