@@ -11,8 +11,6 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 from torch import Tensor
-from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
 
 # %% auto #0
 __all__ = ['CHECK_VALUES_ENV', 'check_number', 'check_positive', 'check_nonnegative', 'check_in_range', 'check_probability',
