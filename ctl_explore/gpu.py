@@ -5,7 +5,6 @@
 # %% ../nbs/15_gpu_study.ipynb #ade8a4ac
 from __future__ import annotations
 
-import json
 import platform
 import shutil
 import subprocess
@@ -14,6 +13,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 import torch
 
+from .run_folders import read_metrics
 from .study import StudyPreset, load_results, study_configs, study_figures
 
 # %% auto #0
@@ -36,10 +36,8 @@ def study_hours(preset: str | StudyPreset, n_train: int, images_per_s: float, gp
 
 # %% ../nbs/15_gpu_study.ipynb #6204205b
 def run_history(run_dir: str | Path) -> list[dict]:
-    "The per-epoch records of a run folder written by `pretrain` (its metrics.jsonl): loss, lr, images_per_s, epoch_time_s, the measurements."
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.is_file(): raise FileNotFoundError(f"{run_dir} holds no metrics.jsonl: is it a run folder written by pretrain?")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    "The per-epoch records of a run folder written by `pretrain` (its metrics.jsonl, read by appendix 18's `read_metrics`): loss, lr, images_per_s, epoch_time_s, the measurements."
+    return read_metrics(run_dir)
 
 # %% ../nbs/15_gpu_study.ipynb #f93f00c8
 def steady_throughput(history: list[dict]) -> float:

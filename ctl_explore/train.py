@@ -8,9 +8,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
-import errno
-import fcntl
-import io
 import json
 import math
 import os
@@ -18,7 +15,6 @@ import re
 import tempfile
 import threading
 import time
-import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,18 +34,28 @@ from .losses import LOSS_NAMES, LOSS_PARAMS, n_informative
 from .memory_bank import MemoryBank, batch_loss
 from .metrics import alignment, knn_accuracy, tolerance, uniformity
 from .models import BACKBONES, HEADS, NORMS, STEMS, Encoder, build_encoder
+from .run_folders import (
+    _MARKER, _START_OVER, CHECKPOINT_FORMAT, DERIVED_FILES, LOCK_NAME, PRETRAIN_FILES, RUN_FOLDER_FILES, RUN_MARKER, STALE_ON_TRAINING,
+    STATE_KEYS, CheckpointError, RunBusyError, RunFolderError, mark_run_folder, read_checkpoint, remove_stale_measurements, run_lock,
+    save_checkpoint, write_atomic, write_json_atomic)
+from .run_folders import check_run_folder as _check_folder
+
+# appendix 18's names, still importable from here
+_all_ = ['CHECKPOINT_FORMAT', 'STATE_KEYS', 'LOCK_NAME', 'RUN_MARKER', 'PRETRAIN_FILES', 'DERIVED_FILES', 'STALE_ON_TRAINING',
+         'RUN_FOLDER_FILES', 'CheckpointError', 'RunFolderError', 'RunBusyError', 'write_atomic', 'write_json_atomic',
+         'save_checkpoint', 'run_lock', 'mark_run_folder', 'remove_stale_measurements']
 
 # %% auto #0
 __all__ = ['NEGATIVES', 'PRECISIONS', 'PRECISION_CHOICES', 'PRETRAIN_LOSSES', 'MIN_IMAGE_SIZE', 'MAX_SIZES', 'MAX_LR',
-           'MAX_WEIGHT_DECAY', 'SEED_BOUND', 'COMPILE_MODES', 'CHECKPOINT_FORMAT', 'STATE_KEYS', 'EXECUTION_KEYS',
-           'LOCK_NAME', 'RUN_MARKER', 'PRETRAIN_FILES', 'DERIVED_FILES', 'STALE_ON_TRAINING', 'RUN_FOLDER_FILES',
-           'DIST_TIMEOUT_ENV', 'DIST_TIMEOUT_S', 'METRIC_KEYS', 'TIMING_KEYS', 'LOG_EVERY', 'MAX_THREADS',
-           'PretrainConfig', 'default_lam', 'negatives_seen', 'lr_at', 'resolve_precision', 'run_identity',
-           'CheckpointError', 'RunFolderError', 'RunBusyError', 'write_atomic', 'write_json_atomic', 'save_checkpoint',
-           'load_checkpoint', 'run_lock', 'check_run_folder', 'mark_run_folder', 'remove_stale_measurements',
-           'resolve_device', 'ProcessGroupError', 'dist_timeout', 'GlobalBatchNorm', 'global_batchnorm',
-           'distributed_net', 'embed', 'evaluates_at', 'monitor_rows', 'evaluate', 'TrainingDivergedError',
-           'TrainingInterrupted', 'threads_for', 'build_model', 'view_draws', 'training_step', 'pretrain']
+           'MAX_WEIGHT_DECAY', 'SEED_BOUND', 'COMPILE_MODES', 'EXECUTION_KEYS', 'DIST_TIMEOUT_ENV', 'DIST_TIMEOUT_S',
+           'METRIC_KEYS', 'TIMING_KEYS', 'LOG_EVERY', 'MAX_THREADS', 'PretrainConfig', 'default_lam', 'negatives_seen',
+           'lr_at', 'resolve_precision', 'run_identity', 'load_checkpoint', 'check_run_folder', 'resolve_device',
+           'ProcessGroupError', 'dist_timeout', 'GlobalBatchNorm', 'global_batchnorm', 'distributed_net', 'embed',
+           'evaluates_at', 'monitor_rows', 'evaluate', 'TrainingDivergedError', 'TrainingInterrupted', 'threads_for',
+           'build_model', 'view_draws', 'training_step', 'pretrain', 'CHECKPOINT_FORMAT', 'STATE_KEYS', 'LOCK_NAME',
+           'RUN_MARKER', 'PRETRAIN_FILES', 'DERIVED_FILES', 'STALE_ON_TRAINING', 'RUN_FOLDER_FILES', 'CheckpointError',
+           'RunFolderError', 'RunBusyError', 'write_atomic', 'write_json_atomic', 'save_checkpoint', 'run_lock',
+           'mark_run_folder', 'remove_stale_measurements']
 
 # %% ../nbs/07_pretrain.ipynb #6dbc4a4b
 NEGATIVES = ("bank", "batch")
@@ -204,9 +210,6 @@ def lr_at(config: PretrainConfig, epoch: int) -> float:
     return config.lr * warm * 0.1 ** passed
 
 # %% ../nbs/07_pretrain.ipynb #7ba063c4
-CHECKPOINT_FORMAT = "ctl_explore.pretrain/1"
-STATE_KEYS = ("config", "epoch", "model", "optimizer", "bank", "generator", "history")  # what a run's checkpoint holds
-
 EXECUTION_KEYS = ("device", "compile")  # where and how a run executes, not what it computes: not part of its identity
 
 def resolve_precision(config: PretrainConfig, device: str | torch.device | None = None) -> str:
@@ -220,107 +223,10 @@ def run_identity(config: PretrainConfig) -> dict:
     "The fields that make a run what it is: `config.to_dict()` without `EXECUTION_KEYS`; a checkpoint resumes under any config with the same identity (precision 'auto' matching the one the run resolved)."
     return {k: v for k, v in config.to_dict().items() if k not in EXECUTION_KEYS}
 
-class CheckpointError(RuntimeError):
-    "A run folder's checkpoint is unreadable, damaged, or belongs to another run."
-
-class RunFolderError(RuntimeError):
-    "A folder `pretrain` must not write into: it holds files pretrain did not write, a symbolic link, or cannot be written."
-
-class RunBusyError(RunFolderError):
-    "Another writer holds the run folder's lock."
-
-_START_OVER = "Delete it, or start the run over (restart=True, or --restart on the command line)."
-
-def _fsync_dir(folder: Path) -> None:
-    "Flush a folder's entries (a rename in it) to the disk."
-    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try: os.fsync(fd)
-    finally: os.close(fd)
-
-def write_atomic(path: str | Path, write: Callable) -> None:
-    "Call `write(f)` on a binary file unique to this writer, flush it to disk, rename it to `path`, flush the folder."
-    path = Path(path)
-    if path.is_symlink(): raise RunFolderError(f"{path} is a symbolic link; it is never written through (its target could lie "
-                                               "outside the run folder). Remove the link, or use another folder.")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.{os.getpid()}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o644)
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)  # a rename replaces a link itself, never its target
-    except BaseException:
-        with contextlib.suppress(OSError): os.unlink(tmp)
-        raise
-    _fsync_dir(path.parent)
-
-def write_json_atomic(path: str | Path, obj) -> None:
-    "Write `obj` as JSON to `path` atomically and durably: a temporary file of this writer's own, fsync, rename, fsync of the folder."
-    text = json.dumps(obj, indent=2) + "\n"
-    write_atomic(path, lambda f: f.write(text.encode()))
-
-def save_checkpoint(path: str | Path, state: dict) -> None:
-    "Write `state` to `path` atomically and durably (see `write_json_atomic`)."
-    write_atomic(path, lambda f: torch.save({"format": CHECKPOINT_FORMAT, **state}, f))
-
-def _torch_reason(e: Exception) -> str:
-    "The gist of torch.load's error, without its advice to load with weights_only=False (which would run any code in the file)."
-    text = str(e)
-    found = re.search(r"WeightsUnpickler error: ([^\n]*)", text)
-    reason = (found.group(1) if found else text.strip().split("\n")[0]) or type(e).__name__
-    reason = reason.split(". ")[0].rstrip(".")
-    if "weights_only" in reason: reason = "it holds objects other than tensors and plain data"
-    return f"{type(e).__name__}: {reason}"
-
-def _verify_zip(path: Path, data: bytes) -> None:
-    "Check every part of the checkpoint's zip archive against its stored CRC-32 (torch.load does not)."
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as z: bad = z.testzip()
-    except Exception as e:  # not a zip, truncated, or damaged in its directory
-        raise CheckpointError(f"{path} is not a readable checkpoint ({type(e).__name__}: {e}). {_START_OVER}") from None
-    if bad is not None:
-        raise CheckpointError(f"{path} is damaged: its part {bad!r} does not match the checksum stored with it (a changed "
-                              f"byte on the disk or in a copy), so resuming from it would train on corrupted values. {_START_OVER}")
-
-def _check_state(path: Path, state: dict) -> PretrainConfig:
-    "Check that `state` holds what pretrain writes, consistently; return its configuration."
-    def bad(what: str) -> CheckpointError:
-        return CheckpointError(f"{path} has the format tag of a pretrain checkpoint but {what}, so it cannot be resumed or "
-                               f"evaluated. {_START_OVER}")
-    missing = [k for k in STATE_KEYS if k not in state]
-    if missing: raise bad(f"lacks {', '.join(missing)}")
-    if not isinstance(state["config"], dict): raise bad("its configuration is not a mapping")
-    try: saved = PretrainConfig.from_dict(state["config"])
-    except (TypeError, ValueError) as e: raise bad(f"its configuration is not valid ({e})") from None
-    kinds = dict(model=dict, optimizer=dict, bank=dict, generator=torch.Tensor, history=list)
-    for key, kind in kinds.items():
-        if not isinstance(state[key], kind): raise bad(f"its {key} is a {type(state[key]).__name__}, not a {kind.__name__}")
-    if not all(isinstance(v, torch.Tensor) for v in state["model"].values()): raise bad("its model holds values that are not tensors")
-    if not isinstance(state["bank"].get("features"), torch.Tensor): raise bad("its memory bank has no features tensor")
-    epoch, history = state["epoch"], state["history"]
-    if not _is_int(epoch) or not 0 <= epoch <= saved.epochs:
-        raise bad(f"its epoch count {epoch!r} is not an integer in [0, {saved.epochs}] (the configuration's epochs)")
-    if len(history) != epoch or not all(isinstance(r, dict) and r.get("epoch") == i for i, r in enumerate(history, 1)):
-        raise bad(f"its epoch count {epoch} does not match its {len(history)} records of finished epochs")
-    wall = state.get("wall_time_s", 0.0)
-    if not (_is_number(wall) and math.isfinite(wall) and wall >= 0): raise bad(f"its wall time {wall!r} is not a number >= 0")
-    return saved
-
 def load_checkpoint(path: str | Path, config: PretrainConfig | None = None) -> dict:
     "Read and verify a checkpoint written by `save_checkpoint`; if `config` is given, it must be the checkpoint's configuration."
-    path = Path(path)
-    try: data = path.read_bytes()
-    except OSError as e: raise CheckpointError(f"{path} cannot be read ({e.strerror or e})") from None
-    _verify_zip(path, data)
-    try:
-        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    except Exception as e:
-        raise CheckpointError(f"{path} is not a readable checkpoint ({_torch_reason(e)}); nothing in it was run. {_START_OVER}") from None
-    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-        raise CheckpointError(f"{path} was not written by ctl_explore's pretrain (format {CHECKPOINT_FORMAT} expected). "
-                              "Move it away, or use another folder.")
-    saved = run_identity(_check_state(path, state))  # a field added after the checkpoint was written counts with its default value
+    state, saved = read_checkpoint(path, PretrainConfig.from_dict)  # checksums, format and contents (appendix 18)
+    saved = run_identity(saved)  # a field added after the checkpoint was written counts with its default value
     asked = None if config is None else run_identity(config)
     if asked is not None and asked["precision"] == "auto": asked["precision"] = saved["precision"]  # what the run resolved 'auto' to
     if asked is not None and saved != asked:
@@ -329,173 +235,9 @@ def load_checkpoint(path: str | Path, config: PretrainConfig | None = None) -> d
                               "Use another output folder, or start over with restart=True (--restart on the command line).")
     return state
 
-# %% ../nbs/07_pretrain.ipynb #b7c2ee64
-LOCK_NAME = ".lock"
-RUN_MARKER = ".ctl_explore_run"  # pretrain's mark on a folder it made its own: it writes into no other
-_MARKER = {"written_by": "ctl_explore pretrain", "format": 1}
-PRETRAIN_FILES = ("config.json", "metrics.jsonl", "checkpoint.pt")     # what pretrain writes
-DERIVED_FILES = ("result.json", "linear_eval.json", "linear_eval_random_init.json")  # written beside a run, about its weights
-STALE_ON_TRAINING = ("result.json", "linear_eval.json")  # measurements of the trained weights: they go when training goes on
-RUN_FOLDER_FILES = PRETRAIN_FILES + DERIVED_FILES + (LOCK_NAME, RUN_MARKER)
-_TMP_NAME = re.compile(r"(?P<name>.+?)(\.(?P<pid>\d+)\.[A-Za-z0-9_]+)?\.tmp")  # <name>.<pid>.<random>.tmp, or an older <name>.tmp
-
-_HELD: dict[tuple[int, int], list] = {}  # (device, inode) of a locked folder -> [lock file descriptor, owning thread, depth]
-_HELD_GUARD = threading.Lock()
-
-def _lock_owner(fd: int) -> str:
-    with contextlib.suppress(OSError, ValueError):
-        pid = int(os.pread(fd, 32, 0).decode().strip())
-        return f"process {pid}"
-    return "another process"
-
-def _alive(pid: int) -> bool:
-    try: os.kill(pid, 0)
-    except ProcessLookupError: return False
-    except PermissionError: return True
-    return True
-
-def _remove_stale_tmp(folder: Path) -> None:
-    "Remove temporary files whose writer no longer runs (killed mid-write), and the pid-less ones older versions of pretrain wrote."
-    for entry in os.scandir(folder):
-        m = _TMP_NAME.fullmatch(entry.name)
-        if not m or m["name"] not in RUN_FOLDER_FILES or not entry.is_file(follow_symlinks=False): continue
-        stale = not _alive(int(m["pid"])) if m["pid"] else m["name"] in PRETRAIN_FILES
-        if stale:
-            with contextlib.suppress(FileNotFoundError): os.unlink(entry.path)
-
-@contextlib.contextmanager
-def run_lock(out_dir: str | Path) -> Iterator[Path]:
-    "Hold `out_dir`'s exclusive write lock (creating the folder if needed); `RunBusyError` at once if another writer holds it."
-    folder = Path(out_dir)
-    if folder.is_symlink() and not folder.exists(): raise RunFolderError(f"{folder} is a broken symbolic link: remove it, or use another folder")
-    if folder.exists() and not folder.is_dir(): raise RunFolderError(f"{folder} is a file, not a folder: choose another output folder")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    except OSError as e:
-        if e.errno == errno.ELOOP: raise RunFolderError(f"{folder / LOCK_NAME} is a symbolic link: remove it") from None
-        raise RunFolderError(f"cannot write into {folder} ({e.strerror or e}): make it writable, or choose another output folder") from None
-    key = (os.fstat(fd).st_dev, os.fstat(fd).st_ino)
-    with _HELD_GUARD:
-        held = _HELD.get(key)
-        if held and held[1] == threading.get_ident():  # nested in the thread that holds it
-            os.close(fd)
-            held[2] += 1
-            fd = None
-        elif held:
-            os.close(fd)
-            raise RunBusyError(f"{folder} is being written by another thread of this process; use another folder")
-        else:
-            try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as e:
-                owner = _lock_owner(fd)
-                os.close(fd)
-                if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    raise RunBusyError(f"{folder} is being written by {owner}: one run folder takes one writer at a time. "
-                                       "Wait for it to finish, or choose another output folder.") from None
-                raise RunFolderError(f"cannot lock {folder / LOCK_NAME} ({e.strerror or e})") from None
-            _HELD[key] = [fd, threading.get_ident(), 1]
-    try:
-        if fd is not None:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-            _remove_stale_tmp(folder)
-            try:  # can this writer create files here? (the lock file may exist in a folder that has turned read-only)
-                probe, name = tempfile.mkstemp(dir=folder, prefix=f"{LOCK_NAME}.{os.getpid()}.", suffix=".tmp")
-                os.close(probe); os.unlink(name)
-            except OSError as e:
-                raise RunFolderError(f"cannot write into {folder} ({e.strerror or e}): make it writable, or choose another output folder") from None
-        yield folder
-    finally:
-        with _HELD_GUARD:
-            held = _HELD[key]
-            held[2] -= 1
-            if held[2] == 0:
-                del _HELD[key]
-                fcntl.flock(held[0], fcntl.LOCK_UN)
-                os.close(held[0])
-
-def _legacy_run(folder: Path) -> bool:
-    """Whether an unmarked folder is a run of a version of pretrain that wrote no marker: its checkpoint.pt is verified
-    in full (format tag, checksums, a consistent configuration), which no file of anyone else's passes by chance. A
-    checkpoint.pt that fails is a `CheckpointError` saying why; without one the folder is not a run."""
-    if not (folder / "checkpoint.pt").is_file(): return False
-    try: load_checkpoint(folder / "checkpoint.pt")
-    except CheckpointError as e:  # its advice to start over does not apply: without the marker the file may be anyone's
-        reason = re.split(r"\s+(?:Delete it, or start|Move it away)", str(e))[0]
-        raise CheckpointError(f"{reason} The folder carries no {RUN_MARKER} marker, so pretrain does not overwrite the file, "
-                              "not even to start over: move checkpoint.pt away, or choose another output folder.") from None
-    return True
-
-def _check_marker(path: Path) -> None:
-    try: ok = json.loads(path.read_text()) == _MARKER
-    except (OSError, ValueError, UnicodeDecodeError): ok = False
-    if not ok: raise RunFolderError(f"{path} is not the marker pretrain writes (it holds something else), so {path.parent} "
-                                    "is not known to be a run folder: choose another output folder, or move the file away.")
-
 def check_run_folder(out_dir: str | Path) -> None:
-    """A `RunFolderError` unless `out_dir` is absent, empty, or pretrain's own: marked with `RUN_MARKER` (or, written
-    before the marker, holding a verified checkpoint), holding only what a run folder holds, none of it a symbolic link."""
-    folder = Path(out_dir)
-    if folder.is_symlink() and not folder.exists(): raise RunFolderError(f"{folder} is a broken symbolic link: remove it, or use another folder")
-    if not folder.exists(): return
-    if not folder.is_dir(): raise RunFolderError(f"{folder} is a file, not a folder: choose another output folder")
-    foreign, links, present = [], [], []
-    for entry in os.scandir(folder):
-        m = _TMP_NAME.fullmatch(entry.name)
-        if entry.name not in RUN_FOLDER_FILES and not (m and m["name"] in RUN_FOLDER_FILES): foreign.append(entry.name)
-        elif entry.is_symlink(): links.append(entry.name)
-        elif not entry.is_file(): foreign.append(entry.name + "/")
-        elif entry.name in RUN_FOLDER_FILES and entry.name != LOCK_NAME: present.append(entry.name)
-    if links:
-        raise RunFolderError(f"{folder / sorted(links)[0]} is a symbolic link; pretrain never writes through one (its target could "
-                             "lie outside the run folder). Remove the link, or choose another output folder.")
-    if foreign:
-        names = ", ".join(sorted(foreign)[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-        raise RunFolderError(f"{folder} holds files pretrain did not write ({names}), and it writes only into a new or empty "
-                             "folder or one of its own runs: choose another output folder, or move them away.")
-    config = folder / "config.json"
-    ours = RUN_MARKER in present
-    if ours: _check_marker(folder / RUN_MARKER)
-    elif present: ours = _legacy_run(folder)
-    if present and not ours:
-        why = None
-        if "config.json" in present:
-            try:
-                saved = json.loads(config.read_text())
-                if not isinstance(saved, dict): why = "not a mapping"
-                else: PretrainConfig.from_dict(saved)
-            except (ValueError, UnicodeDecodeError) as e: why = f"it is corrupt or not JSON: {e}" if isinstance(e, json.JSONDecodeError) else f"not a valid configuration: {e}"
-            except TypeError as e: why = f"not a valid configuration: {e}"
-        if why is not None:
-            raise RunFolderError(f"{config} was not written by pretrain ({why}; the folder has no {RUN_MARKER} marker), and pretrain "
-                                 "does not overwrite what it did not write: choose another output folder, or move the file away.")
-        name = sorted(present)[0]
-        raise RunFolderError(f"{folder} holds {name}, which pretrain did not write (the folder has no {RUN_MARKER} marker and no "
-                             f"checkpoint of a run), so pretrain refuses to overwrite or delete it: choose another output folder, or move {name} away.")
-    if ours and config.exists():  # a folder of pretrain's: a configuration that no longer parses is damage
-        try:
-            saved = json.loads(config.read_text())
-            if not isinstance(saved, dict): raise ValueError(f"it holds a {type(saved).__name__}, not a mapping")
-            PretrainConfig.from_dict(saved)
-        except (ValueError, TypeError, UnicodeDecodeError) as e:
-            raise RunFolderError(f"{config} is corrupt ({type(e).__name__}: {e}); pretrain wrote it in this run folder, but it no "
-                                 "longer reads as a configuration: delete config.json (the checkpoint holds the configuration and "
-                                 "the file is written again), or choose another output folder.") from None
-
-def mark_run_folder(out_dir: str | Path) -> None:
-    "Write `RUN_MARKER` into `out_dir` (held under its lock, checked by `check_run_folder`) unless it is there: from now on the folder is pretrain's."
-    path = Path(out_dir) / RUN_MARKER
-    if not path.exists(): write_json_atomic(path, _MARKER)
-
-def remove_stale_measurements(out_dir: str | Path, names: tuple[str, ...] = STALE_ON_TRAINING) -> list[str]:
-    "Delete the measurements of the run's weights (`names`) from `out_dir` before its training goes on, so that none is read beside a newer checkpoint; the names removed."
-    removed = []
-    for name in names:
-        with contextlib.suppress(FileNotFoundError):
-            (Path(out_dir) / name).unlink()
-            removed.append(name)
-    return removed
+    "A `RunFolderError` unless `out_dir` is absent, empty, or a run folder of pretrain's (appendix 18), its config.json read as a `PretrainConfig`."
+    _check_folder(out_dir, PretrainConfig.from_dict)
 
 
 # %% ../nbs/07_pretrain.ipynb #252ae5cc

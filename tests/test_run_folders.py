@@ -502,3 +502,44 @@ def test_overflowing_threads_name_the_option(tmp_path, capsys):
     code, err = run_main(capsys, "pretrain", "--out", str(tmp_path / "b"), "--threads", str(10**30), *TINY_ARGS)
     assert code == 2 and "threads must be an integer >= 1 and at most 4096" in err and "Traceback" not in err
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+# ---- ctl_explore.run_folders on its own (appendix 18): no training loop imported, and its readers
+
+def test_run_folders_does_not_import_the_training_loop():
+    code = "import sys, ctl_explore.run_folders\nassert 'ctl_explore.train' not in sys.modules, sorted(m for m in sys.modules if m.startswith('ctl_explore'))"
+    subprocess.run([sys.executable, "-c", code], check=True, env=ENV)
+
+
+def test_train_reexports_the_run_folder_names():
+    from ctl_explore import run_folders
+    for name in ("write_atomic", "write_json_atomic", "save_checkpoint", "run_lock", "mark_run_folder", "remove_stale_measurements",
+                 "CheckpointError", "RunFolderError", "RunBusyError", "RUN_MARKER", "CHECKPOINT_FORMAT", "STATE_KEYS"):
+        assert getattr(train_module, name) is getattr(run_folders, name) and name in train_module.__all__
+
+
+def test_readers_name_the_file(tmp_path):
+    from ctl_explore.run_folders import read_config, read_json, read_metrics
+    with pytest.raises(FileNotFoundError, match="holds no metrics.jsonl"): read_metrics(tmp_path)
+    with pytest.raises(FileNotFoundError, match="holds no config.json"): read_config(tmp_path)
+    with pytest.raises(FileNotFoundError, match="does not exist"): read_json(tmp_path / "result.json")
+    (tmp_path / "config.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="holds a list, not a configuration"): read_config(tmp_path)
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"config.json is not valid JSON"): read_config(tmp_path)
+    write_json_atomic(tmp_path / "config.json", tiny().to_dict())
+    assert PretrainConfig.from_dict(read_config(tmp_path)) == tiny()
+    (tmp_path / "metrics.jsonl").write_text('{"epoch": 1, "loss": 2.5}\n\n{"epoch": 2, "loss": 2.0}\n')
+    assert read_metrics(tmp_path) == [{"epoch": 1, "loss": 2.5}, {"epoch": 2, "loss": 2.0}]
+
+
+def test_read_checkpoint_reads_the_configuration_with_the_given_function(tmp_path):
+    from ctl_explore.run_folders import read_checkpoint
+    state = dict(config=tiny().to_dict(), epoch=0, model={}, optimizer={}, bank={"features": torch.zeros(2, 2)},
+                 generator=torch.Generator().get_state(), history=[])
+    save_checkpoint(tmp_path / "checkpoint.pt", state)
+    loaded, config = read_checkpoint(tmp_path / "checkpoint.pt", PretrainConfig.from_dict)
+    assert config == tiny() and loaded["epoch"] == 0
+    def refuse(d): raise ValueError("not mine")
+    with pytest.raises(CheckpointError, match=r"its configuration is not valid \(not mine\)"):
+        read_checkpoint(tmp_path / "checkpoint.pt", refuse)
