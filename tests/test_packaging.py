@@ -78,3 +78,23 @@ def test_figure_widgets_work():
     "plotly's FigureWidget, which lessons 02 and 12 draw with, needs anywidget: declared above, so it must build."
     import plotly.graph_objects as go
     go.FigureWidget([go.Scatter(x=[0, 1], y=[0, 1])])
+
+
+# Private torch names the library leans on, each because torch has no public equivalent; pyproject pins torch below
+# the next minor version, and this list is what to check when that pin moves. Any other private name is a defect.
+PRIVATE_TORCH = {
+    "torch.utils._python_dispatch": "TorchDispatchMode, to count host syncs (ctl_explore.debug): torch exports no public home for it",
+    "torch.ops.aten._softmax": "the one-pass bank loss's in-place softmax (ctl_explore.fast): torch.softmax has no out= variant",
+    "_BatchNorm": "GlobalBatchNorm's base (several processes): the common base of torch's batch norms",
+}
+
+
+def test_private_torch_names_are_the_listed_ones():
+    import re
+    pattern = re.compile(r"torch(?:\.\w+)*\._[a-z]\w*|\b_BatchNorm\b")  # a private module or attribute reached from torch
+    seen = {m.group(0) for p in PACKAGE.glob("*.py") if p.name != "_modidx.py" for m in pattern.finditer(p.read_text())}
+    unlisted = sorted(seen - set(PRIVATE_TORCH))
+    assert not unlisted, f"private torch names not in PRIVATE_TORCH (use a public API, or list it with the reason): {unlisted}"
+    torch_pin = next(d for d in __import__("tomllib").loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+                     if d.startswith("torch>") or d.startswith("torch="))
+    assert "<" in torch_pin, f"torch must be pinned below its next minor version while the library uses private names: {torch_pin}"
