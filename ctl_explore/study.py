@@ -18,8 +18,10 @@ import statistics
 import time
 import warnings
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, NamedTuple
 
 import numpy as np
 import scipy.stats
@@ -37,14 +39,15 @@ from .train import (EXECUTION_KEYS, CheckpointError, PretrainConfig, RunBusyErro
 
 # %% auto #0
 __all__ = ['CRITERIA', 'KNN_CRITERIA', 'MIN_WINDOW_POINTS', 'TAU_GRID', 'PRESETS', 'RESULT_FORMAT', 'RESULT_KEYS',
-           'TRAJECTORY_KEYS', 'SIGNIFICANCE', 'BEST_TAUS', 'EQUIVALENCE', 'VERDICTS', 'CLAIMS', 'RULES', 'STUDY_TAUS',
-           'NOISE_SD', 'LOSS_STYLE', 'FIGURE_OF', 'HISTORY', 'effective_rank', 'collapse_diagnostics', 'Criteria',
-           'first_drop', 'window_epochs', 'check_run', 'StudyPreset', 'get_preset', 'study_configs', 'run_name',
-           'neighbour_purity', 'run_embeddings', 'measure_run', 'usable', 'metric_value', 'summarize', 'curve', 'Trend',
-           'trend', 'noise_margin', 'Difference', 'pooled_variance', 'difference', 'direction_verdict',
-           'combine_verdicts', 'Finding', 'Part', 'rule_text', 'findings', 'resample_seeds', 'verdict_stability',
-           'dependence', 'agreeing_means', 'made_up_study', 'null_tables', 'false_alarm_rates', 'study_figures',
-           'trajectory_figure', 'table1', 'report_sections']
+           'TRAJECTORY_KEYS', 'SIGNIFICANCE', 'BEST_TAUS', 'EQUIVALENCE', 'VERDICTS', 'FINDINGS', 'CLAIMS', 'RULES',
+           'STUDY_TAUS', 'NOISE_SD', 'LOSS_STYLE', 'FIGURE_OF', 'HISTORY', 'effective_rank', 'collapse_diagnostics',
+           'Criteria', 'first_drop', 'window_epochs', 'check_run', 'StudyPreset', 'get_preset', 'study_configs',
+           'run_name', 'neighbour_purity', 'run_embeddings', 'measure_run', 'usable', 'metric_value', 'summarize',
+           'curve', 'Trend', 'trend', 'noise_margin', 'Difference', 'accuracy_gap', 'pooled_variance', 'difference',
+           'direction_verdict', 'combine_verdicts', 'Finding', 'Part', 'Judged', 'FindingRule', 'register_finding',
+           'rule_text', 'Judging', 'TrendClaim', 'findings', 'resample_seeds', 'verdict_stability', 'dependence',
+           'agreeing_means', 'made_up_study', 'null_tables', 'false_alarm_rates', 'study_figures', 'trajectory_figure',
+           'table1', 'report_sections']
 
 # %% ../nbs/09_temperature_study.ipynb #8a4db458
 def effective_rank(x: torch.Tensor) -> float:
@@ -412,16 +415,21 @@ class Difference:
     @property
     def value(self) -> float: return self.b - self.a
 
-    def interval(self, level: float) -> tuple[float, float]:
-        "The two-sided confidence interval at `level` (infinite when a cell has fewer than two seeds)."
+    def interval(self, level: float | None = None, critical: float | None = None) -> tuple[float, float]:
+        "The two-sided confidence interval at `level`, or `critical` standard errors wide each side (infinite when a cell has fewer than two seeds)."
+        if (level is None) == (critical is None): raise ValueError(f"give one of level and critical, got level={level!r}, critical={critical!r}")
         if not math.isfinite(self.se): return (-math.inf, math.inf)
-        h = _t(level, self.df) * self.se
+        h = (_t(level, self.df) if critical is None else critical) * self.se
         return self.value - h, self.value + h
 
-    def sign(self, level: float, margin: float = 0.0) -> int:
-        "+1 if the whole interval lies above `margin`, -1 if below it, 0 if it contains it."
-        lo, hi = self.interval(level)
+    def sign(self, level: float | None = None, margin: float = 0.0, critical: float | None = None) -> int:
+        "+1 if the whole interval (at `level`, or `critical` standard errors) lies above `margin`, -1 if below it, 0 if it contains it."
+        lo, hi = self.interval(level, critical)
         return 1 if lo > margin else -1 if hi < margin else 0
+
+def accuracy_gap(a: float, b: float, n_a: int, n_b: int) -> Difference:
+    "Accuracy `a` (on `n_a` test images) minus accuracy `b` (on `n_b` images), one run each: only their binomial errors, no seed spread to estimate (infinite degrees of freedom)."
+    return Difference(b, a, math.sqrt(a * (1 - a) / n_a + b * (1 - b) / n_b), math.inf)
 
 def _cell_rows(rows: list[dict], cell: tuple) -> list[dict]:
     return [r for r in rows if (r["loss"], r["tau"]) == cell]
@@ -504,14 +512,53 @@ class Part:
     where: str = ""
     marks: list = dataclasses.field(default_factory=list)  # (metric, loss, τ_a, τ_b) of each reversal, for the figures
 
-CLAIMS = {
-    1: "Uniformity rises as τ falls; tolerance rises as τ rises (Fig 4, 5).",
-    2: "Linear accuracy against τ is a reverse U, best when τ is 0.2 or 0.3, small or large τ suboptimal (Sec 5, Fig 9).",
-    3: "With the hard loss, uniformity is relatively stable across τ, and at τ large enough the hard loss does better (Fig 6, 7, 9).",
-    4: "The Simple loss is far worse than Eq 1; HardSimple is competitive with it (Table 1).",
-    5: "Smaller τ widens the gap between the positive and the top-10 negatives; larger τ pushes the positive similarity toward 1 (Fig 8).",
-    6: "Small τ gives a more uniform embedding, larger τ a more locally clustered one (Fig 2).",
-}
+@dataclass(frozen=True)
+class Judged:
+    "What a finding's judge returns: the parts it tested, its number of tests, and its measured text when not its parts' joined."
+    parts: list
+    tests: int
+    measured: str | None = None
+
+@dataclass(frozen=True, eq=False)
+class FindingRule:
+    """One finding, declared once: the paper's claim (with where the paper makes it), the rule's parameters (the paper's
+    facts and this study's margins; never the τ grid, which the judge reads from the rows), the rule's statement
+    generated from those parameters, and the judge that applies the rule."""
+    number: int
+    claim: str
+    params: dict                      # keyword arguments of `statement` and `judge`
+    statement: Callable[..., str]     # statement(**params): the rule in words
+    judge: Callable[..., Judged]      # judge(context, **params): the rule applied
+
+    @property
+    def rule(self) -> str:
+        "The rule in words, from its parameters."
+        return self.statement(**self.params)
+
+def register_finding(registry: dict, number: int, claim: str, statement: Callable[..., str], **params) -> Callable:
+    "Decorator: declare finding `number` of `registry` ({number: FindingRule}) with its claim, its rule's statement and parameters, and the decorated judge."
+    if isinstance(number, bool) or not isinstance(number, int) or number < 1:
+        raise ValueError(f"number must be an integer >= 1, got {number!r}")
+    def add(judge: Callable[..., Judged]) -> Callable[..., Judged]:
+        registry[number] = FindingRule(number, claim, params, statement, judge)
+        return judge
+    return add
+
+class _RegistryView(Mapping):
+    "A read-only {number: text} view of a findings registry, read at each access (so a finding registered later is seen)."
+    def __init__(self, registry: dict, field: Callable): self._registry, self._field = registry, field
+    def __getitem__(self, number): return self._field(self._registry[number])
+    def __iter__(self): return iter(sorted(self._registry))
+    def __len__(self): return len(self._registry)
+    def __repr__(self): return repr(dict(self))
+
+FINDINGS: dict[int, FindingRule] = {}  # [WL21]'s findings, filled below
+CLAIMS = _RegistryView(FINDINGS, lambda f: f.claim)  # {number: the paper's claim}
+RULES = _RegistryView(FINDINGS, lambda f: f.rule)    # {number: the rule's statement} (rule_text adds its tests and their level)
+
+_LOSS_WORDS = dict(contrastive="ordinary loss", hard_contrastive="hard loss", simple="Simple", hard_simple="HardSimple")
+
+def _words(loss: str) -> str: return _LOSS_WORDS.get(loss, loss)
 
 def _level(m: int) -> float: return 1 - SIGNIFICANCE / max(1, m)
 
@@ -520,25 +567,10 @@ def _trend_rule(what: str) -> str:
             "neighbouring τ no significant change against it (a reversal)")
 
 def rule_text(number: int, m: int) -> str:
-    "Finding `number`'s rule, from the rules' parameters, for `m` tests (each at level SIGNIFICANCE / m)."
-    best = " or ".join(f"{t:g}" for t in BEST_TAUS)
-    rules = {
-        1: _trend_rule("ordinary loss, uniformity falling and tolerance rising with τ"),
-        2: (f"ordinary loss: the better of τ = {best} beats the smallest and the largest τ, and no τ beats it (a τ within the interval "
-            f"of it is tolerated: the paper names the best τ, not the size of the fall next to it); between neighbouring τ "
-            f"accuracy does not fall significantly below the peak's τ, nor rise above it"),
-        3: (f"the hard loss's range of uniformity over τ is below the ordinary loss's; at every τ above {max(BEST_TAUS):g} the hard "
-            f"loss beats the ordinary loss at that τ, and is not more than {EQUIVALENCE:g} below the ordinary loss at τ = {best} "
-            f"(one-sided, non-inferiority)"),
-        4: (f"at τ = {best}: the ordinary loss beats Simple by more than {EQUIVALENCE:g} (far worse), and HardSimple is not "
-            f"more than {EQUIVALENCE:g} below it (competitive; a wider interval: inconclusive)"),
-        5: _trend_rule("ordinary loss, the positive − mean top-10 negative gap falling and the positive similarity rising with τ"),
-        6: _trend_rule("ordinary loss, neighbour purity (share of the 10 nearest test images with the same label) rising with τ"),
-    }
-    return (f"{rules[number]}; {m} test{'s' if m != 1 else ''}, each at p < {SIGNIFICANCE:g}/{m} = {SIGNIFICANCE / max(1, m):.4f} "
+    "Finding `number`'s rule (from `FINDINGS`), for `m` tests (each at level SIGNIFICANCE / m)."
+    if number not in FINDINGS: raise ValueError(f"number must be one of the registered findings {tuple(sorted(FINDINGS))}, got {number!r}")
+    return (f"{FINDINGS[number].rule}; {m} test{'s' if m != 1 else ''}, each at p < {SIGNIFICANCE:g}/{m} = {SIGNIFICANCE / max(1, m):.4f} "
             f"(family-wise {SIGNIFICANCE:g} per finding); accuracies compared image by image where rows record it")
-
-RULES = {n: rule_text(n, 0).split("; ")[0] for n in CLAIMS}  # each rule's statement (findings adds its number of tests)
 
 def _cells_text(rows, metric, loss="contrastive") -> str:
     taus, means, stds = curve(summarize([r for r in rows if r["loss"] == loss], metric), loss)
@@ -586,105 +618,168 @@ def _evidence(all_rows: list[dict], rows: list[dict]) -> str:
             + f"; {len(left)} not converged or collapsed" + (f" ({', '.join(r['run'] for r in left)})" if left else "")
             + ("; cells whose seeds trained for different lengths: " + "; ".join(mixed) if mixed else ""))
 
-def _judge(all_rows: list[dict], permutations: int = 9999) -> tuple[list[Finding], list[Part]]:
-    rows = usable(all_rows)
-    evidence = _evidence(all_rows, rows)
-    acc = summarize(rows, "linear_top1")
-    taus = sorted({t for (l, t) in acc if l == "contrastive"})
-    findings_, parts_all = [], []
+class Judging:
+    "What every judge reads: all the rows, the usable ones, and what they hold (the τ of each loss: read from the rows, never a setting)."
+    def __init__(self, all_rows: list[dict], permutations: int = 9999):
+        self.all_rows, self.rows, self.permutations = all_rows, usable(all_rows), permutations
+        self.evidence = _evidence(all_rows, self.rows)
+        self.acc = summarize(self.rows, "linear_top1")
 
-    def add(n, parts, m, measured=None):
-        parts_all.extend(parts)
-        findings_.append(Finding(n, CLAIMS[n], measured or "; ".join(p.measured for p in parts),
-                                 combine_verdicts([p.verdict for p in parts]), rule_text(n, m),
-                                 "; ".join(p.where for p in parts if p.where), evidence))
+    def taus(self, loss: str = "contrastive") -> list[float]:
+        "The τ at which `loss` has usable runs, sorted."
+        return sorted({t for (l, t) in self.acc if l == loss and t is not None})
 
-    if len(taus) < 2:
-        return [Finding(n, CLAIMS[n], "too few usable runs of the ordinary loss to test anything", VERDICTS[3], rule_text(n, 0), "",
-                        evidence) for n in CLAIMS], []
-    K = len(taus)
-    m = 2 * K  # two metrics, each a global trend and K - 1 neighbouring pairs
-    add(1, [_trend_part(rows, "uniformity", -1, "uniformity", m, permutations),
-            _trend_part(rows, "tolerance", +1, "tolerance", m, permutations)], m)
+    def best_in(self, best_taus: tuple, loss: str = "contrastive") -> list[float]:
+        "The paper's best τ at which `loss` has usable runs."
+        return [t for t in best_taus if t in self.taus(loss)]
 
-    best_in = [t for t in BEST_TAUS if t in taus]
-    if best_in:
-        peak = max(best_in, key=lambda t: acc[("contrastive", t)][0])
-        others = [t for t in taus if t not in best_in]
-        m = len(others) + K - 1
-        level = _level(m)
-        tests = []
-        for t in others:
-            d = difference(rows, "linear_top1", ("contrastive", peak), ("contrastive", t))
-            tests.append((t, d.sign(level), d))
-        beaten = [(t, d) for t, s, d in tests if s > 0]
-        arms = [s for t, s, d in tests if t in (taus[0], taus[-1])]
-        location = (VERDICTS[2] if beaten else VERDICTS[0] if len(arms) == 2 and all(s < 0 for s in arms) else VERDICTS[3])
-        loc = Part("the peak", location, f"peak τ = {peak:g} (the better of {', '.join(f'{t:g}' for t in best_in)}); against it: "
-                   + "; ".join(f"τ = {t:g}: {_interval_text(d, level)}" for t, _, d in tests),
-                   "; ".join(f"τ = {t:g} beats the peak τ = {peak:g}: {_interval_text(d, level)}" for t, d in beaten),
-                   [("linear_top1", "contrastive", peak, t) for t, d in beaten])
-        reversed_ = []
-        for a, b in zip(taus, taus[1:]):
-            d = difference(rows, "linear_top1", ("contrastive", a), ("contrastive", b))
-            expected = +1 if b <= peak else -1
-            if d.sign(level) == -expected: reversed_.append((a, b, d))
-        shape = Part("the reverse U", VERDICTS[0] if not reversed_ else VERDICTS[1] if location == VERDICTS[0] else VERDICTS[2], "",
-                     "; ".join(f"accuracy {'falls' if b <= peak else 'rises'} between τ = {a:g} and {b:g}: {_interval_text(d, level)}"
-                               for a, b, d in reversed_), [("linear_top1", "contrastive", a, b) for a, b, _ in reversed_])
-        parts = [loc] if not reversed_ else [loc, shape]
-        add(2, parts, m, loc.measured + f"; by τ {_cells_text(rows, 'linear_top1')}")
-    else:
-        add(2, [Part("the peak", VERDICTS[3], f"no usable run at τ = {' or '.join(f'{t:g}' for t in BEST_TAUS)}")], 0)
+    def peak(self, best_taus: tuple, loss: str = "contrastive") -> float:
+        "The better of the paper's best τ (by mean linear accuracy of `loss`)."
+        return max(self.best_in(best_taus, loss), key=lambda t: self.acc[(loss, t)][0])
 
+class TrendClaim(NamedTuple):
+    "One monotone claim over τ: the metric, the sign the paper expects (+1 rising with τ), its label in the parts, its words in the rule."
+    metric: str
+    sign: int
+    label: str
+    words: str
+
+def _trend_statement(loss: str, trends: tuple) -> str:
+    return _trend_rule(f"{_words(loss)}, " + " and ".join(f"{c.words} {'rising' if c.sign > 0 else 'falling'}" for c in trends) + " with τ")
+
+def _judge_trends(study: Judging, loss: str, trends: tuple) -> Judged:
+    "Each claim a global trend and every pair of neighbouring τ: K tests per claim, K the number of τ."
+    m = len(trends) * len(study.taus(loss))
+    return Judged([_trend_part(study.rows, c.metric, c.sign, c.label, m, study.permutations, loss) for c in trends], m)
+
+register_finding(FINDINGS, 1, "Uniformity rises as τ falls; tolerance rises as τ rises (Fig 4, 5).", _trend_statement, loss="contrastive",
+                 trends=(TrendClaim("uniformity", -1, "uniformity", "uniformity"),
+                         TrendClaim("tolerance", +1, "tolerance", "tolerance")))(_judge_trends)
+
+def _or(taus) -> str: return " or ".join(f"{t:g}" for t in taus)
+
+def _peak_statement(loss: str, metric: str, best_taus: tuple) -> str:
+    return (f"{_words(loss)}: the better of τ = {_or(best_taus)} beats the smallest and the largest τ, and no τ beats it (a τ within the interval "
+            f"of it is tolerated: the paper names the best τ, not the size of the fall next to it); between neighbouring τ "
+            f"accuracy does not fall significantly below the peak's τ, nor rise above it")
+
+@register_finding(FINDINGS, 2, "Linear accuracy against τ is a reverse U, best when τ is 0.2 or 0.3, small or large τ suboptimal (Sec 5, Fig 9).",
+                  _peak_statement, loss="contrastive", metric="linear_top1", best_taus=BEST_TAUS)
+def _judge_peak(study: Judging, loss: str, metric: str, best_taus: tuple) -> Judged:
+    "The peak: the better best τ against every other τ; the reverse U: no neighbouring pair going the wrong way."
+    rows, taus, best_in = study.rows, study.taus(loss), study.best_in(best_taus, loss)
+    if not best_in: return Judged([Part("the peak", VERDICTS[3], f"no usable run at τ = {_or(best_taus)}")], 0)
+    peak = study.peak(best_taus, loss)
+    others = [t for t in taus if t not in best_in]
+    m = len(others) + len(taus) - 1
+    level = _level(m)
+    tests = []
+    for t in others:
+        d = difference(rows, metric, (loss, peak), (loss, t))
+        tests.append((t, d.sign(level), d))
+    beaten = [(t, d) for t, s, d in tests if s > 0]
+    arms = [s for t, s, d in tests if t in (taus[0], taus[-1])]
+    location = (VERDICTS[2] if beaten else VERDICTS[0] if len(arms) == 2 and all(s < 0 for s in arms) else VERDICTS[3])
+    loc = Part("the peak", location, f"peak τ = {peak:g} (the better of {', '.join(f'{t:g}' for t in best_in)}); against it: "
+               + "; ".join(f"τ = {t:g}: {_interval_text(d, level)}" for t, _, d in tests),
+               "; ".join(f"τ = {t:g} beats the peak τ = {peak:g}: {_interval_text(d, level)}" for t, d in beaten),
+               [(metric, loss, peak, t) for t, d in beaten])
+    reversed_ = []
+    for a, b in zip(taus, taus[1:]):
+        d = difference(rows, metric, (loss, a), (loss, b))
+        expected = +1 if b <= peak else -1
+        if d.sign(level) == -expected: reversed_.append((a, b, d))
+    shape = Part("the reverse U", VERDICTS[0] if not reversed_ else VERDICTS[1] if location == VERDICTS[0] else VERDICTS[2], "",
+                 "; ".join(f"accuracy {'falls' if b <= peak else 'rises'} between τ = {a:g} and {b:g}: {_interval_text(d, level)}"
+                           for a, b, d in reversed_), [(metric, loss, a, b) for a, b, _ in reversed_])
+    return Judged([loc] if not reversed_ else [loc, shape], m, loc.measured + f"; by τ {_cells_text(rows, metric, loss)}")
+
+def _hard_statement(loss: str, hard: str, best_taus: tuple, equivalence: float) -> str:
+    return (f"the {_words(hard)}'s range of uniformity over τ is below the {_words(loss)}'s; at every τ above {max(best_taus):g} the "
+            f"{_words(hard)} beats the {_words(loss)} at that τ, and is not more than {equivalence:g} below the {_words(loss)} at "
+            f"τ = {_or(best_taus)} (one-sided, non-inferiority)")
+
+@register_finding(FINDINGS, 3, "With the hard loss, uniformity is relatively stable across τ, and at τ large enough the hard loss does better "
+                  "(Fig 6, 7, 9).", _hard_statement, loss="contrastive", hard="hard_contrastive", best_taus=BEST_TAUS, equivalence=EQUIVALENCE)
+def _judge_hard(study: Judging, loss: str, hard: str, best_taus: tuple, equivalence: float) -> Judged:
+    "Uniformity's range over τ, hard against ordinary; at every τ above the best ones, the hard loss beats the ordinary one there and keeps up with its peak."
+    rows, taus = study.rows, study.taus(loss)
     uc = summarize(rows, "uniformity")
-    hard_taus = sorted(t for (l, t) in uc if l == "hard_contrastive")
-    large = [t for t in hard_taus if t > max(BEST_TAUS) and t in taus]
-    if len(hard_taus) >= 2 and best_in:
-        m = 1 + 2 * len(large)
-        level = _level(m)
-        ext = lambda loss, ts: [max(ts, key=lambda t: uc[(loss, t)][0]), min(ts, key=lambda t: uc[(loss, t)][0])]
-        (ch, cl), (hh, hl) = ext("contrastive", taus), ext("hard_contrastive", hard_taus)
-        range_c, range_h = uc[("contrastive", ch)][0] - uc[("contrastive", cl)][0], uc[("hard_contrastive", hh)][0] - uc[("hard_contrastive", hl)][0]
-        dc, dh = difference(rows, "uniformity", ("contrastive", cl), ("contrastive", ch)), difference(rows, "uniformity", ("hard_contrastive", hl), ("hard_contrastive", hh))
-        d = Difference(range_h, range_c, math.hypot(dc.se, dh.se), min(dc.df, dh.df))  # conservative degrees of freedom
-        stable = _tests_part("uniformity more stable with the hard loss", [("all τ", d.sign(level), f"range hard {range_h:.3f} "
-                             f"(τ {hl:g}–{hh:g}), ordinary {range_c:.3f} (τ {cl:g}–{ch:g}); ordinary − hard {_interval_text(d, level)}")])
-        tests = []
-        for t in large:
-            beat = difference(rows, "linear_top1", ("contrastive", t), ("hard_contrastive", t))
-            keep = difference(rows, "linear_top1", ("contrastive", peak), ("hard_contrastive", t))
-            tests.append((f"τ = {t:g}", beat.sign(level), f"hard − ordinary at τ = {t:g}: {_interval_text(beat, level)}"))
-            tests.append((f"τ = {t:g}", keep.sign(level, -EQUIVALENCE), f"hard at τ = {t:g} − ordinary at τ = {peak:g}: {_interval_text(keep, level)}"))
-        parts = [stable] + ([_tests_part("the hard loss at large τ", tests)] if large else
-                            [Part("the hard loss at large τ", VERDICTS[3], f"no usable τ above {max(BEST_TAUS):g}")])
-        add(3, parts, m)
-    else: add(3, [Part("the hard loss", VERDICTS[3], "too few usable runs of the hard loss, or none at τ = 0.2 or 0.3")], 0)
+    hard_taus = sorted(t for (l, t) in uc if l == hard)
+    large = [t for t in hard_taus if t > max(best_taus) and t in taus]
+    if not (len(hard_taus) >= 2 and study.best_in(best_taus, loss)):
+        return Judged([Part("the hard loss", VERDICTS[3], f"too few usable runs of the {_words(hard)}, or none at τ = {_or(best_taus)}")], 0)
+    peak = study.peak(best_taus, loss)
+    m = 1 + 2 * len(large)
+    level = _level(m)
+    ext = lambda l, ts: [max(ts, key=lambda t: uc[(l, t)][0]), min(ts, key=lambda t: uc[(l, t)][0])]
+    (ch, cl), (hh, hl) = ext(loss, taus), ext(hard, hard_taus)
+    range_c, range_h = uc[(loss, ch)][0] - uc[(loss, cl)][0], uc[(hard, hh)][0] - uc[(hard, hl)][0]
+    dc, dh = difference(rows, "uniformity", (loss, cl), (loss, ch)), difference(rows, "uniformity", (hard, hl), (hard, hh))
+    d = Difference(range_h, range_c, math.hypot(dc.se, dh.se), min(dc.df, dh.df))  # conservative degrees of freedom
+    stable = _tests_part("uniformity more stable with the hard loss", [("all τ", d.sign(level), f"range hard {range_h:.3f} "
+                         f"(τ {hl:g}–{hh:g}), ordinary {range_c:.3f} (τ {cl:g}–{ch:g}); ordinary − hard {_interval_text(d, level)}")])
+    tests = []
+    for t in large:
+        beat = difference(rows, "linear_top1", (loss, t), (hard, t))
+        keep = difference(rows, "linear_top1", (loss, peak), (hard, t))
+        tests.append((f"τ = {t:g}", beat.sign(level), f"hard − ordinary at τ = {t:g}: {_interval_text(beat, level)}"))
+        tests.append((f"τ = {t:g}", keep.sign(level, -equivalence), f"hard at τ = {t:g} − ordinary at τ = {peak:g}: {_interval_text(keep, level)}"))
+    return Judged([stable] + ([_tests_part("the hard loss at large τ", tests)] if large else
+                              [Part("the hard loss at large τ", VERDICTS[3], f"no usable τ above {max(best_taus):g}")]), m)
 
-    if best_in and ("simple", None) in acc and ("hard_simple", None) in acc:
-        m = 2 * len(best_in)
-        level = _level(m)
-        far, competitive = [], []
-        for t in best_in:
-            ds = difference(rows, "linear_top1", ("simple", None), ("contrastive", t))       # ordinary − Simple
-            dh = difference(rows, "linear_top1", ("hard_simple", None), ("contrastive", t))  # ordinary − HardSimple
-            far.append((f"τ = {t:g}", ds.sign(level, EQUIVALENCE), f"ordinary − Simple {_interval_text(ds, level)}"))
-            lo, hi = dh.interval(level)
-            competitive.append((f"τ = {t:g}", 1 if hi < EQUIVALENCE else -1 if lo > EQUIVALENCE else 0,
-                                f"ordinary − HardSimple {_interval_text(dh, level)}"))
-        add(4, [_tests_part("Simple far worse", far), _tests_part("HardSimple competitive", competitive)], m)
-    else: add(4, [Part("Simple and HardSimple", VERDICTS[3], "no usable Simple and HardSimple runs, or no ordinary τ at 0.2 or 0.3")], 0)
+def _simple_statement(loss: str, simple: str, hard_simple: str, best_taus: tuple, equivalence: float) -> str:
+    return (f"at τ = {_or(best_taus)}: the {_words(loss)} beats {_words(simple)} by more than {equivalence:g} (far worse), and "
+            f"{_words(hard_simple)} is not more than {equivalence:g} below it (competitive; a wider interval: inconclusive)")
 
-    m = 2 * K
-    add(5, [_trend_part(rows, "gap", -1, "positive − top-10 gap", m, permutations),
-            _trend_part(rows, "pos_similarity", +1, "positive similarity", m, permutations)], m)
-    m = K
-    add(6, [_trend_part(rows, "neighbour_purity", +1, "neighbour purity", m, permutations)], m)
-    return findings_, parts_all
+@register_finding(FINDINGS, 4, "The Simple loss is far worse than Eq 1; HardSimple is competitive with it (Table 1).", _simple_statement,
+                  loss="contrastive", simple="simple", hard_simple="hard_simple", best_taus=BEST_TAUS, equivalence=EQUIVALENCE)
+def _judge_simple(study: Judging, loss: str, simple: str, hard_simple: str, best_taus: tuple, equivalence: float) -> Judged:
+    "At each of the best τ present: the ordinary loss − Simple beyond the margin, the ordinary loss − HardSimple within it."
+    best_in = study.best_in(best_taus, loss)
+    if not (best_in and (simple, None) in study.acc and (hard_simple, None) in study.acc):
+        return Judged([Part("Simple and HardSimple", VERDICTS[3], f"no usable {_words(simple)} and {_words(hard_simple)} runs, or no "
+                            f"{_words(loss).split()[0]} τ at {_or(best_taus)}")], 0)
+    m = 2 * len(best_in)
+    level = _level(m)
+    far, competitive = [], []
+    for t in best_in:
+        ds = difference(study.rows, "linear_top1", (simple, None), (loss, t))       # ordinary − Simple
+        dh = difference(study.rows, "linear_top1", (hard_simple, None), (loss, t))  # ordinary − HardSimple
+        far.append((f"τ = {t:g}", ds.sign(level, equivalence), f"ordinary − Simple {_interval_text(ds, level)}"))
+        lo, hi = dh.interval(level)
+        competitive.append((f"τ = {t:g}", 1 if hi < equivalence else -1 if lo > equivalence else 0,
+                            f"ordinary − HardSimple {_interval_text(dh, level)}"))
+    return Judged([_tests_part("Simple far worse", far), _tests_part("HardSimple competitive", competitive)], m)
+
+register_finding(FINDINGS, 5, "Smaller τ widens the gap between the positive and the top-10 negatives; larger τ pushes the positive "
+                 "similarity toward 1 (Fig 8).", _trend_statement, loss="contrastive",
+                 trends=(TrendClaim("gap", -1, "positive − top-10 gap", "the positive − mean top-10 negative gap"),
+                         TrendClaim("pos_similarity", +1, "positive similarity", "the positive similarity")))(_judge_trends)
+register_finding(FINDINGS, 6, "Small τ gives a more uniform embedding, larger τ a more locally clustered one (Fig 2).", _trend_statement,
+                 loss="contrastive", trends=(TrendClaim("neighbour_purity", +1, "neighbour purity", "neighbour purity (share of the 10 "
+                                                        "nearest test images with the same label)"),))(_judge_trends)
+
+def _judge(all_rows: list[dict], permutations: int = 9999, registry: dict | None = None) -> tuple[list[Finding], list[Part]]:
+    "Every finding of `registry` (default FINDINGS) judged on `all_rows`: the findings, and every part they tested."
+    registry = FINDINGS if registry is None else registry
+    study = Judging(all_rows, permutations)
+    if len(study.taus()) < 2:
+        return [Finding(n, registry[n].claim, "too few usable runs of the ordinary loss to test anything", VERDICTS[3], rule_text(n, 0), "",
+                        study.evidence) for n in sorted(registry)], []
+    found, parts = [], []
+    for n in sorted(registry):
+        spec = registry[n]
+        j = spec.judge(study, **spec.params)
+        parts.extend(j.parts)
+        found.append(Finding(n, spec.claim, j.measured or "; ".join(p.measured for p in j.parts), combine_verdicts([p.verdict for p in j.parts]),
+                             rule_text(n, j.tests), "; ".join(p.where for p in j.parts if p.where), study.evidence))
+    return found, parts
 
 def findings(rows: list[dict], permutations: int = 9999) -> list[Finding]:
-    "[WL21]'s six findings, each with what the usable `rows` measured, a verdict by the rules above, where it breaks, and the runs it rests on."
+    "[WL21]'s findings (`FINDINGS`), each with what the usable `rows` measured, a verdict by its rule, where it breaks, and the runs it rests on."
     return _judge(rows, permutations)[0]
+
 
 # %% ../nbs/09_temperature_study.ipynb #a1b2c3d4
 def resample_seeds(rows: list[dict], rng: np.random.Generator) -> list[dict]:
