@@ -16,16 +16,17 @@ import plotly.graph_objects as go
 import torch
 
 from .checks import check_in_range, check_int
-from .explorer import (ALPHA_RANGE, LAM_RANGE, LOSSES, N_BINS, N_TOP, POS_RANGE, REFERENCE_TAUS, SOURCES,
+from .explorer import (ALPHA_RANGE, LAM_RANGE, N_BINS, N_TOP, POS_RANGE, REFERENCE_TAUS, SOURCES,
                        SYNTHETIC_POSITIVE, TAU_GRID, TAU_RANGE, class_clusters, digit_similarities, entropy_figure,
-                       gradient_figure, loss_figure, max_negatives, penalty_figure, similarity_set, sphere_step)
+                       gradient_figure, loss_figure, max_negatives, penalty_figure, playground_losses, similarity_set, sphere_step)
+from .losses import loss_spec
 from .metrics import sphere_uniformity_limit, tolerance, uniformity
 
 # %% auto #0
 __all__ = ['EXPLORABLE_KINDS', 'FALLBACK_NOTE', 'EXPLORABLES_JS', 'REPLAY_TAUS', 'TAU_FREE', 'FRAME_SCALE', 'EXPLORABLES_CSS',
            'EXPLORABLES_PAGE', 'STUDY_RESULTS', 'RANDBIT_RESULTS', 'negative_draws', 'explorer_spec', 'explorable_html',
-           'Explorable', 'replay_run', 'playground_spec', 'explorable_for_widget', 'figure_stepper', 'study_stepper',
-           'plane_stepper', 'randbit_stepper', 'explorables_page']
+           'Explorable', 'replay_run', 'takes_tau', 'playground_spec', 'explorable_for_widget', 'figure_stepper',
+           'study_stepper', 'plane_stepper', 'randbit_stepper', 'explorables_page']
 
 # %% ../nbs/92_static_explorables.ipynb #x009
 def negative_draws(
@@ -536,7 +537,7 @@ EXPLORABLES_JS = r"""// The site's explorables, drawn with the local plotly.js a
 from .explorer import _one_thread  # torch on one thread, as lesson 02's widgets run (the same sums as `simulate`'s)
 
 def replay_run(
-    loss: str = "contrastive", # one of lesson 02's `LOSSES`
+    loss: str = "contrastive", # one of lesson 02's `playground_losses()`
     tau: float = 0.2,          # temperature
     steps: int = 100,          # gradient steps, 1..10000
     every: int = 5,            # keep the points every `every` steps (and at the last)
@@ -563,7 +564,11 @@ def replay_run(
 
 # %% ../nbs/92_static_explorables.ipynb #x025
 REPLAY_TAUS = (0.05, 0.2, 1.0, 5.0)  # the temperatures replayed for the τ-losses
-TAU_FREE = ("simple", "hard_simple")  # losses without a τ: one run each
+def takes_tau(loss: str) -> bool:
+    "Whether the registered loss `loss` takes a temperature; the playground replays the others once, for every τ."
+    return "tau" in loss_spec(loss).params
+
+TAU_FREE = tuple(l for l in playground_losses() if not takes_tau(l))  # ("simple", "hard_simple"): one run each
 FRAME_SCALE = 32767                   # a coordinate x is sent as round(FRAME_SCALE · x), an int16
 
 def _encode(frames: torch.Tensor) -> str:
@@ -576,7 +581,7 @@ def _padded(values: list[float]) -> list[float]:
     return [low - pad, high + pad]
 
 def playground_spec(
-    loss: str = "contrastive",   # the loss shown first, one of `LOSSES`
+    loss: str = "contrastive",   # the loss shown first, one of `playground_losses()`
     tau: float = 0.2,            # the τ shown first (added to `taus` when missing), in [0.01, 10]
     alpha: float = 0.1,          # fraction of negatives the hard losses keep, in [0.01, 1]
     lam: float | None = None,    # λ of the simple losses, in [1e-4, 1]; None: 1/(2N − 2)
@@ -597,10 +602,11 @@ def playground_spec(
 @lru_cache(maxsize=4)
 def _replays(loss, tau, alpha, lam, lr, sigma, seed, n_classes, per_class, spread, taus, steps, every, progress) -> dict:
     from ctl_explore import explorer as _explorer
-    if loss not in LOSSES: raise ValueError(f"loss must be one of {tuple(LOSSES)}, got {loss!r}")
+    menu = playground_losses()
+    if loss not in menu: raise ValueError(f"loss must be one of {tuple(menu)}, got {loss!r}")
     tau, alpha = _checked("tau", tau, *TAU_RANGE), _checked("alpha", alpha, *ALPHA_RANGE)
-    taus = tuple(sorted({_checked("taus", t, *TAU_RANGE) for t in taus} | ({tau} if loss not in TAU_FREE else set())))
-    jobs = [(name, t) for name in LOSSES for t in ((taus[0],) if name in TAU_FREE else taus)]
+    taus = tuple(sorted({_checked("taus", t, *TAU_RANGE) for t in taus} | ({tau} if takes_tau(loss) else set())))
+    jobs = [(name, t) for name in menu for t in (taus if takes_tau(name) else (taus[0],))]
     cluster = dict(n_classes=n_classes, per_class=per_class, spread=spread)
     bar = None
     if progress:
@@ -616,8 +622,8 @@ def _replays(loss, tau, alpha, lam, lr, sigma, seed, n_classes, per_class, sprea
     finally:
         if bar is not None: bar.close()
     template, (sphere, history) = _figure_dicts(_explorer._sphere_figure(n_classes), _explorer._history_figure())
-    return dict(kind="hypersphere-replay", state=dict(loss=loss, tau=tau if loss not in TAU_FREE else taus[0], frame=0),
-                losses=list(LOSSES), loss_labels=dict(LOSSES), taus=list(taus), tau_free=list(TAU_FREE),
+    return dict(kind="hypersphere-replay", state=dict(loss=loss, tau=tau if takes_tau(loss) else taus[0], frame=0),
+                losses=list(menu), loss_labels=menu, taus=list(taus), tau_free=[l for l in menu if not takes_tau(l)],
                 frame_steps=run["frame_steps"], labels=run["labels"].tolist(), n_classes=n_classes, scale=FRAME_SCALE,
                 uniformity_range=_padded([u for r in runs for u in r["uniformity"]]),
                 tolerance_range=_padded([v for r in runs for v in r["tolerance"]]),
@@ -678,20 +684,20 @@ def study_stepper(rows: list[dict]) -> dict:
     from ctl_explore.study import trajectory_figure
     rows = [r for r in rows if not r.get("failed")]
     if not rows: raise ValueError("rows must hold at least one run that did not fail")
-    losses = [l for l in LOSSES if any(r["loss"] == l for r in rows)]
+    losses = list(dict.fromkeys(r["loss"] for r in rows))  # in the order the study ran them
     taus = sorted({r["tau"] for r in rows if r["tau"] is not None})
     def draw(loss, tau):
-        cell = [r for r in rows if r["loss"] == loss and (loss in TAU_FREE or r["tau"] == tau)]
-        label = LOSSES[loss] + ("" if loss in TAU_FREE else f", τ = {tau:g}")
+        cell = [r for r in rows if r["loss"] == loss and (not takes_tau(loss) or r["tau"] == tau)]
+        label = loss_spec(loss).label + (f", τ = {tau:g}" if takes_tau(loss) else "")
         if not cell: return [go.Figure(), go.Figure()], f"<b>{label}</b>: no run in this study"
         mean = lambda key: sum(r[key] for r in cell) / len(cell)
         spread = lambda key: max(r[key] for r in cell) - min(r[key] for r in cell)
         note = (f"<b>{label}</b>: {len(cell)} runs; linear accuracy {mean('linear_top1'):.3f} (seeds within {spread('linear_top1'):.3f}), "
                 f"uniformity {mean('uniformity'):.3f}, tolerance {mean('tolerance'):.3f}"
-                + ("" if loss not in TAU_FREE else " (this loss has no τ: the same runs at every τ)"))
+                + ("" if takes_tau(loss) else " (this loss has no τ: the same runs at every τ)"))
         return [trajectory_figure(cell), _profile_figure(cell, "[WL21] Fig 8: the positive, then the 10 nearest negatives")], note
     index = taus.index(0.2) if 0.2 in taus else 0
-    return figure_stepper({"loss": ("loss", [(LOSSES[l], l) for l in losses], 0),
+    return figure_stepper({"loss": ("loss", [(loss_spec(l).label, l) for l in losses], 0),
                            "tau": ("τ", [(f"{t:g}", t) for t in taus], index)}, draw, ("trajectory", "profile"))
 
 def plane_stepper(rows: list[dict]) -> dict:
@@ -699,12 +705,12 @@ def plane_stepper(rows: list[dict]) -> dict:
     from ctl_explore.viz import uniformity_tolerance_plane
     rows = [r for r in rows if not r.get("failed")]
     if not rows: raise ValueError("rows must hold at least one run that did not fail")
-    losses = [l for l in LOSSES if any(r["loss"] == l for r in rows)]
+    losses = list(dict.fromkeys(r["loss"] for r in rows))  # in the order the study ran them
     seeds = sorted({r["seed"] for r in rows})
     def draw(loss, seed):
         mine = [r for r in rows if loss in (None, r["loss"]) and seed in (None, r["seed"])]
         return [uniformity_tolerance_plane(mine)], f"{len(mine)} runs"
-    return figure_stepper({"loss": ("loss", [("every loss", None)] + [(LOSSES[l], l) for l in losses], 0),
+    return figure_stepper({"loss": ("loss", [("every loss", None)] + [(loss_spec(l).label, l) for l in losses], 0),
                            "seed": ("seed", [("every seed", None)] + [(str(s), s) for s in seeds], 0)}, draw, ("plane",))
 
 def randbit_stepper(rows: list[dict]) -> dict:

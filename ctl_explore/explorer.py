@@ -20,17 +20,18 @@ from torch import Tensor
 from .checks import check_in_range, check_int
 from .gradients import loss_gradients, penalty_entropy, relative_penalty
 from ctl_explore.losses import (
-    contrastive_loss, hard_contrastive_loss, hard_simple_loss, informative_mask, pair_similarities,
+    contrastive_loss, hard_contrastive_loss, hard_simple_loss, informative_mask, loss_names, loss_spec, pair_similarities,
     simple_limit_loss, simple_loss, triplet_limit_loss,
 )
 from .metrics import sphere_uniformity_limit, tolerance, uniformity
 
 # %% auto #0
 __all__ = ['TAU_RANGE', 'ALPHA_RANGE', 'LAM_RANGE', 'POS_RANGE', 'MAX_K', 'SOURCES', 'SYNTHETIC_POSITIVE', 'TAU_GRID',
-           'REFERENCE_TAUS', 'N_BINS', 'N_TOP', 'LOSSES', 'max_negatives', 'digit_similarities', 'similarity_set',
-           'entropy_curve', 'loss_curves', 'limit_regimes', 'penalty_figure', 'entropy_figure', 'loss_figure',
-           'gradient_figure', 'update_figure', 'TemperatureExplorer', 'temperature_explorer', 'class_clusters',
-           'sphere_loss', 'sphere_step', 'simulate', 'HyperspherePlayground', 'hypersphere_playground']
+           'REFERENCE_TAUS', 'N_BINS', 'N_TOP', 'PLAYGROUND_PARAMS', 'LOSSES', 'max_negatives', 'digit_similarities',
+           'similarity_set', 'entropy_curve', 'loss_curves', 'limit_regimes', 'penalty_figure', 'entropy_figure',
+           'loss_figure', 'gradient_figure', 'update_figure', 'TemperatureExplorer', 'temperature_explorer',
+           'class_clusters', 'playground_losses', 'sphere_loss', 'sphere_step', 'simulate', 'HyperspherePlayground',
+           'hypersphere_playground']
 
 # %% ../nbs/17_explorer_machinery.ipynb #030e6dd2
 TAU_RANGE = (0.01, 10.0)    # temperature τ
@@ -437,31 +438,34 @@ def _default_lam(n_points: int) -> float:
     "1/(2N − 2), one over the negatives each of the 2N views has, kept inside `LAM_RANGE`."
     return min(max(1 / (2 * n_points - 2), LAM_RANGE[0]), LAM_RANGE[1])
 
-LOSSES = {
-    "contrastive": "contrastive (Eq 1)",
-    "hard_contrastive": "hard contrastive (Eq 9)",
-    "simple": "simple (Eq 3)",
-    "hard_simple": "hard simple",
-}
+PLAYGROUND_PARAMS = ("tau", "alpha", "lam")  # the hyper-parameters the playground has a slider for
+
+def playground_losses() -> dict[str, str]:
+    "The playground's loss menu, {name: label}: lesson 00's similarity losses whose hyper-parameters have sliders, but not the τ limits."
+    # a limit is the contrastive loss at one end of the τ slider, and its τ·L objective no longer depends on τ
+    specs = [loss_spec(name) for name in loss_names("similarity")]
+    return {s.name: s.label for s in specs if s.limit_of is None and set(s.params) <= set(PLAYGROUND_PARAMS)}
+
+LOSSES = playground_losses()  # the menu of lesson 00's losses; `playground_losses()` also lists losses registered later
 
 def sphere_loss(
     pos: Tensor,   # [B] positive similarities
     neg: Tensor,   # [B, K] negative similarities
-    loss: str,     # one of `LOSSES`
+    loss: str,     # one of `playground_losses()`
     tau: float,    # temperature of the τ-losses
     alpha: float,  # fraction of negatives the hard losses keep
     lam: float,    # λ of the simple losses
 ) -> Tensor:
-    "The playground's objective, summed over the B anchors: τ·L for the τ-losses, L for the simple ones."
-    if loss == "contrastive": return tau * contrastive_loss(pos, neg, tau, reduction="sum")
-    if loss == "hard_contrastive": return tau * hard_contrastive_loss(pos, neg, tau, alpha, reduction="sum")
-    if loss == "simple": return simple_loss(pos, neg, lam, reduction="sum")
-    if loss == "hard_simple": return hard_simple_loss(pos, neg, alpha, lam, reduction="sum")
-    raise ValueError(f"loss must be one of {tuple(LOSSES)}, got {loss!r}")
+    "The playground's objective, summed over the B anchors: τ·L for the losses that take τ, L for the others."
+    menu = playground_losses()
+    if loss not in menu: raise ValueError(f"loss must be one of {tuple(menu)}, got {loss!r}")
+    spec = loss_spec(loss)
+    value = spec.fn(pos, neg, reduction="sum", **{p: dict(tau=tau, alpha=alpha, lam=lam)[p] for p in spec.params})
+    return tau * value if "tau" in spec.params else value
 
 def sphere_step(
     z: Tensor,                   # [N, d] unit-norm points, N >= 2
-    loss: str = "contrastive",   # one of `LOSSES`
+    loss: str = "contrastive",   # one of `playground_losses()`
     tau: float = 0.2,            # temperature, in `TAU_RANGE`
     alpha: float = 0.1,          # fraction of negatives the hard losses keep, in `ALPHA_RANGE`
     lam: float | None = None,    # λ of the simple losses, in `LAM_RANGE`; None: 1/(2N − 2), one over the negatives per view
@@ -472,7 +476,8 @@ def sphere_step(
     "One gradient step of `loss` on the points z: returns the new unit-norm points [N, d] and the objective before the step."
     tau, alpha = _check_in("tau", tau, *TAU_RANGE), _check_in("alpha", alpha, *ALPHA_RANGE)
     lam = _check_in("lam", _default_lam(len(z)) if lam is None else lam, *LAM_RANGE)
-    if loss not in LOSSES: raise ValueError(f"loss must be one of {tuple(LOSSES)}, got {loss!r}")
+    menu = playground_losses()
+    if loss not in menu: raise ValueError(f"loss must be one of {tuple(menu)}, got {loss!r}")
     z = z.detach().requires_grad_()
     views = F.normalize(z + sigma * torch.randn(z.shape, generator=generator, dtype=z.dtype), dim=1)  # the augmentation
     objective = sphere_loss(*pair_similarities(z, views), loss, tau, alpha, lam)
@@ -481,7 +486,7 @@ def sphere_step(
 
 # %% ../nbs/17_explorer_machinery.ipynb #80b2414c
 def simulate(
-    loss: str = "contrastive", # one of `LOSSES`
+    loss: str = "contrastive", # one of `playground_losses()`
     tau: float = 0.2,          # temperature
     steps: int = 100,          # number of gradient steps
     alpha: float = 0.1,        # fraction of negatives the hard losses keep
@@ -533,7 +538,7 @@ def _history_figure() -> go.Figure:
 class HyperspherePlayground(widgets.VBox):
     "Points of a few classes on S², moved by gradient steps of a contrastive loss: watch uniformity and tolerance."
     def __init__(self,
-                 loss: str = "contrastive", # one of `LOSSES`
+                 loss: str = "contrastive", # one of `playground_losses()`
                  tau: float = 0.2,          # temperature, in `TAU_RANGE`
                  alpha: float = 0.1,        # fraction of negatives the hard losses keep, in `ALPHA_RANGE`
                  lam: float | None = None,  # λ of the simple losses, in `LAM_RANGE`; None: 1/(2N − 2)
@@ -543,7 +548,8 @@ class HyperspherePlayground(widgets.VBox):
                  sigma: float = 0.05,       # std of the augmentation noise
                  lr: float = 0.05,          # learning rate
                  seed: int = 0):            # seeds the clusters (seed) and the augmentations (seed + 1)
-        if loss not in LOSSES: raise ValueError(f"loss must be one of {tuple(LOSSES)}, got {loss!r}")
+        menu = playground_losses()
+        if loss not in menu: raise ValueError(f"loss must be one of {tuple(menu)}, got {loss!r}")
         tau, alpha = _check_in("tau", tau, *TAU_RANGE), _check_in("alpha", alpha, *ALPHA_RANGE)
         self.cluster_args = dict(n_classes=n_classes, per_class=per_class, spread=spread, seed=seed)
         class_clusters(**self.cluster_args)  # validates the arguments before any widget exists
@@ -551,7 +557,7 @@ class HyperspherePlayground(widgets.VBox):
         lam = _check_in("lam", _default_lam(n) if lam is None else lam, *LAM_RANGE)
         self.sigma, self.lr = _check_in("sigma", sigma, 0.0, 1.0), _check_in("lr", lr, 1e-6, 10.0)
         self.seed = seed
-        self.loss_dropdown = widgets.Dropdown(options=[(label, key) for key, label in LOSSES.items()], value=loss, description="loss")
+        self.loss_dropdown = widgets.Dropdown(options=[(label, key) for key, label in menu.items()], value=loss, description="loss")
         self.tau_slider = widgets.FloatLogSlider(value=tau, base=10, min=math.log10(TAU_RANGE[0]), max=math.log10(TAU_RANGE[1]),
                                                  step=0.01, description="τ", readout_format=".3g")
         self.alpha_slider = widgets.FloatSlider(value=alpha, min=ALPHA_RANGE[0], max=ALPHA_RANGE[1], step=0.01, description="α")
@@ -618,7 +624,7 @@ def _redraw(self: HyperspherePlayground):
                           f"<b>tolerance</b> = {t:.3f} (start: {self.history['tolerance'][0]:.3f})</div>")
 
 def hypersphere_playground(
-    loss: str = "contrastive", # "contrastive", "hard_contrastive", "simple" or "hard_simple"
+    loss: str = "contrastive", # one of `playground_losses()`: "contrastive", "simple", "hard_contrastive", "hard_simple"
     tau: float = 0.2,          # temperature, in [0.01, 10]
     alpha: float = 0.1,        # fraction of negatives the hard losses keep, in [0.01, 1]
     lam: float | None = None,  # λ of the simple losses, in [1e-4, 1]; None: 1/(2N − 2)

@@ -96,15 +96,15 @@ def loss(
     self: MemoryBank,
     q: Tensor,               # [B, d] query embeddings
     idx: Tensor,             # [B] each query's own row
-    loss: str = "contrastive", # a name of `LOSS_NAMES` (lesson 00)
+    loss: str = "contrastive", # a similarity loss of lesson 00's registry (`loss_names("similarity")`)
     reduction: str = "mean", # "mean", "sum", or "none" (shape [B])
     fast: bool = True,       # Eq 1 and Eq 9 by lesson 14's one-pass version (the same numbers); False: this lesson's
-    **params,                # exactly the loss's hyper-parameters (see `LOSS_PARAMS`)
+    **params,                # exactly the loss's hyper-parameters (its `loss_spec(loss).params`)
 ) -> Tensor:
     "The loss named `loss` of the queries `q` [B, d] against the bank (its rows detached)."
     check_loss_params(loss, params)
     if "tau" in params and isinstance(q, Tensor): check_temperature(params["tau"], dtype=q.dtype if q.is_floating_point() else None)
-    if loss not in ("contrastive", "hard_contrastive"):
+    if loss not in ("contrastive", "hard_contrastive"):  # the losses with a kernel that never builds the [B, N-1] similarities
         return apply_loss(loss, *self.similarities(q, idx), reduction=reduction, **params)
     if fast: from ctl_explore.fast import fast_bank_contrastive_loss as bank_loss  # imported on first use only
     else: bank_loss = bank_contrastive_loss

@@ -13,10 +13,11 @@ import torch
 from plotly.subplots import make_subplots
 from sklearn.manifold import TSNE
 
+from .losses import loss_spec
 from .study import run_embeddings
 
 # %% auto #0
-__all__ = ['LOSS_COLORS', 'tsne_figure', 'similarity_histograms', 'uniformity_tolerance_plane']
+__all__ = ['tsne_figure', 'similarity_histograms', 'uniformity_tolerance_plane']
 
 # %% ../nbs/10_embeddings.ipynb #2a8731d4
 def tsne_figure(embeddings: dict, perplexity: float = 30.0, seed: int = 0) -> go.Figure:
@@ -56,14 +57,11 @@ def similarity_histograms(embeddings: dict, bins: int = 60) -> go.Figure:
     return fig
 
 # %% ../nbs/10_embeddings.ipynb #3420c1b6
-LOSS_COLORS = {"contrastive": "#1f77b4", "hard_contrastive": "#d62728", "simple": "#2ca02c", "hard_simple": "#9467bd"}
-
 def uniformity_tolerance_plane(rows: list[dict]) -> go.Figure:
-    "One point per run of a study (rows of `run_study`): uniformity against tolerance, coloured by loss, labelled by τ."
+    "One point per run of a study (rows of `run_study`): uniformity against tolerance, coloured by loss (its colour in lesson 00), labelled by τ."
     fig = go.Figure()
-    for loss, color in LOSS_COLORS.items():
-        mine = [r for r in rows if r["loss"] == loss]
-        if not mine: continue
+    for loss in dict.fromkeys(r["loss"] for r in rows):  # one trace per loss, in the order the study ran them
+        mine, color = [r for r in rows if r["loss"] == loss], loss_spec(loss).color
         fig.add_trace(go.Scatter(x=[r["uniformity"] for r in mine], y=[r["tolerance"] for r in mine], mode="markers+text",
                                  text=["" if r["tau"] is None else f"{r['tau']:g}" for r in mine], textposition="top center",
                                  marker=dict(color=color, size=9), name=loss))
