@@ -7,15 +7,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import datetime
 import json
 import math
 import os
-import re
-import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,13 +25,17 @@ from .checks import check_bool, check_choice, check_in_range, check_int, check_n
 from .data import (
     DATASETS, AugmentParams, DatasetNotFoundError, FullImages, ImageData, TwoViewAugment, ViewDraws, augment_view, data_root,
     load_dataset, sample_view, to_float)
+from .distributed import (
+    DIST_TIMEOUT_ENV, DIST_TIMEOUT_S, GlobalBatchNorm, ProcessGroupError, _abort_distributed, _check_device_name, _distributed,
+    _gather, _init_distributed, _on_rank_0_first, dist_timeout, distributed_net, global_batchnorm, resolve_device)
+from .distributed import _peer_failure as _lost_peer
 from .generalized import FEATURE_LOSS_NAMES, FEATURE_LOSS_PARAMS, apply_feature_loss
 from .losses import LOSS_NAMES, LOSS_PARAMS, n_informative
 from .memory_bank import MemoryBank, batch_loss
 from .metrics import alignment, knn_accuracy, tolerance, uniformity
 from .models import BACKBONES, HEADS, NORMS, STEMS, Encoder, build_encoder
 from .run_folders import (
-    _MARKER, _START_OVER, CHECKPOINT_FORMAT, DERIVED_FILES, LOCK_NAME, PRETRAIN_FILES, RUN_FOLDER_FILES, RUN_MARKER, STALE_ON_TRAINING,
+    _START_OVER, CHECKPOINT_FORMAT, DERIVED_FILES, LOCK_NAME, PRETRAIN_FILES, RUN_FOLDER_FILES, RUN_MARKER, STALE_ON_TRAINING,
     STATE_KEYS, CheckpointError, RunBusyError, RunFolderError, mark_run_folder, read_checkpoint, remove_stale_measurements, run_lock,
     save_checkpoint, write_atomic, write_json_atomic)
 from .run_folders import check_run_folder as _check_folder
@@ -43,19 +43,22 @@ from .run_folders import check_run_folder as _check_folder
 # appendix 18's names, still importable from here
 _all_ = ['CHECKPOINT_FORMAT', 'STATE_KEYS', 'LOCK_NAME', 'RUN_MARKER', 'PRETRAIN_FILES', 'DERIVED_FILES', 'STALE_ON_TRAINING',
          'RUN_FOLDER_FILES', 'CheckpointError', 'RunFolderError', 'RunBusyError', 'write_atomic', 'write_json_atomic',
-         'save_checkpoint', 'run_lock', 'mark_run_folder', 'remove_stale_measurements']
+         'save_checkpoint', 'run_lock', 'mark_run_folder', 'remove_stale_measurements',
+         # and appendix 19's
+         'DIST_TIMEOUT_ENV', 'DIST_TIMEOUT_S', 'ProcessGroupError', 'dist_timeout', 'GlobalBatchNorm', 'global_batchnorm',
+         'distributed_net', 'resolve_device']
 
 # %% auto #0
 __all__ = ['NEGATIVES', 'PRECISIONS', 'PRECISION_CHOICES', 'PRETRAIN_LOSSES', 'MIN_IMAGE_SIZE', 'MAX_SIZES', 'MAX_LR',
-           'MAX_WEIGHT_DECAY', 'SEED_BOUND', 'COMPILE_MODES', 'EXECUTION_KEYS', 'DIST_TIMEOUT_ENV', 'DIST_TIMEOUT_S',
-           'METRIC_KEYS', 'TIMING_KEYS', 'LOG_EVERY', 'MAX_THREADS', 'PretrainConfig', 'default_lam', 'negatives_seen',
-           'lr_at', 'resolve_precision', 'run_identity', 'load_checkpoint', 'check_run_folder', 'resolve_device',
-           'ProcessGroupError', 'dist_timeout', 'GlobalBatchNorm', 'global_batchnorm', 'distributed_net', 'embed',
-           'evaluates_at', 'monitor_rows', 'evaluate', 'TrainingDivergedError', 'TrainingInterrupted', 'threads_for',
-           'build_model', 'view_draws', 'training_step', 'pretrain', 'CHECKPOINT_FORMAT', 'STATE_KEYS', 'LOCK_NAME',
-           'RUN_MARKER', 'PRETRAIN_FILES', 'DERIVED_FILES', 'STALE_ON_TRAINING', 'RUN_FOLDER_FILES', 'CheckpointError',
-           'RunFolderError', 'RunBusyError', 'write_atomic', 'write_json_atomic', 'save_checkpoint', 'run_lock',
-           'mark_run_folder', 'remove_stale_measurements']
+           'MAX_WEIGHT_DECAY', 'SEED_BOUND', 'COMPILE_MODES', 'EXECUTION_KEYS', 'METRIC_KEYS', 'TIMING_KEYS',
+           'LOG_EVERY', 'MAX_THREADS', 'PretrainConfig', 'default_lam', 'negatives_seen', 'lr_at', 'resolve_precision',
+           'run_identity', 'load_checkpoint', 'check_run_folder', 'embed', 'evaluates_at', 'monitor_rows', 'evaluate',
+           'TrainingDivergedError', 'TrainingInterrupted', 'threads_for', 'build_model', 'view_draws', 'training_step',
+           'pretrain', 'CHECKPOINT_FORMAT', 'STATE_KEYS', 'LOCK_NAME', 'RUN_MARKER', 'PRETRAIN_FILES', 'DERIVED_FILES',
+           'STALE_ON_TRAINING', 'RUN_FOLDER_FILES', 'CheckpointError', 'RunFolderError', 'RunBusyError', 'write_atomic',
+           'write_json_atomic', 'save_checkpoint', 'run_lock', 'mark_run_folder', 'remove_stale_measurements',
+           'DIST_TIMEOUT_ENV', 'DIST_TIMEOUT_S', 'ProcessGroupError', 'dist_timeout', 'GlobalBatchNorm',
+           'global_batchnorm', 'distributed_net', 'resolve_device']
 
 # %% ../nbs/07_pretrain.ipynb #6dbc4a4b
 NEGATIVES = ("bank", "batch")
@@ -77,14 +80,6 @@ def _is_int(v) -> bool: return isinstance(v, int) and not isinstance(v, bool)  #
 def _is_number(v) -> bool: return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 _LOSS_TAKES = {**LOSS_PARAMS, **FEATURE_LOSS_PARAMS}  # each loss's hyper-parameters
-
-def _check_device_name(name) -> None:
-    "A `ValueError` unless `name` is 'auto' or a device torch knows of the kinds this package trains on."
-    if name == "auto": return
-    try: kind = torch.device(name).type if isinstance(name, str) else None
-    except (RuntimeError, ValueError): kind = None
-    if kind not in ("cpu", "cuda"):
-        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {name!r}")
 
 COMPILE_MODES = (False, True, "step")  # nothing, the encoder ("encoder" is a synonym of True), the whole training step
 
@@ -238,194 +233,6 @@ def load_checkpoint(path: str | Path, config: PretrainConfig | None = None) -> d
 def check_run_folder(out_dir: str | Path) -> None:
     "A `RunFolderError` unless `out_dir` is absent, empty, or a run folder of pretrain's (appendix 18), its config.json read as a `PretrainConfig`."
     _check_folder(out_dir, PretrainConfig.from_dict)
-
-
-# %% ../nbs/07_pretrain.ipynb #252ae5cc
-def _distributed() -> tuple[int, int]:
-    "(rank, world size): (0, 1) unless started by torchrun."
-    if dist.is_available() and dist.is_initialized(): return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-def _env_int(name: str, default: int | None) -> int | None:
-    "The integer in environment variable `name` (torchrun's WORLD_SIZE, LOCAL_RANK), or `default` when it is unset."
-    text = os.environ.get(name, "").strip()
-    if not text: return default
-    try: return int(text)
-    except ValueError: raise ValueError(f"the environment variable {name} must be an integer, got {text!r}") from None
-
-def resolve_device(name: str) -> torch.device:
-    "The device this process trains on: 'auto' is CUDA if available, else the CPU; under torchrun, 'auto' and 'cuda' mean cuda:LOCAL_RANK."
-    _check_device_name(name)
-    if name == "auto": name = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(name)
-    if device.type != "cuda": return device
-    if not torch.cuda.is_available(): raise ValueError(f"device {name!r} asked for, but CUDA is not available")
-    count, world = torch.cuda.device_count(), _env_int("WORLD_SIZE", 1)
-    if world > 1:  # torchrun: one GPU per process, told apart by LOCAL_RANK
-        if device.index is not None:
-            raise ValueError(f"device {name!r} names one GPU, but torchrun started {world} processes and each needs its own: "
-                             "use --device cuda (or auto), and each process takes the GPU of its LOCAL_RANK")
-        local = _env_int("LOCAL_RANK", None)
-        if local is None: raise ValueError(f"WORLD_SIZE is {world} but LOCAL_RANK is not set: start several processes with torchrun, which sets both")
-        if not 0 <= local < count:
-            raise ValueError(f"this process has LOCAL_RANK {local}, but this machine has {count} CUDA device(s): start at most "
-                             f"{count} processes per machine (torchrun --nproc_per_node={count})")
-        return torch.device("cuda", local)
-    if device.index is None: return torch.device("cuda", torch.cuda.current_device())  # an index, so that DDP and set_device can use it
-    if device.index >= count: raise ValueError(f"device {name!r} asked for, but this machine has {count} CUDA device(s)")
-    return device
-
-DIST_TIMEOUT_ENV = "CTL_EXPLORE_DIST_TIMEOUT"  # seconds a process waits for its peers: to join the group, and in each collective
-DIST_TIMEOUT_S = 600.0                          # the default, NCCL's own watchdog time; a scheduler's job can set less
-
-class ProcessGroupError(ConnectionError):
-    "Under torchrun: the processes did not all join within the timeout, or one of them failed or stopped answering."
-
-def dist_timeout() -> float:
-    "Seconds a process waits for its peers ($CTL_EXPLORE_DIST_TIMEOUT, default `DIST_TIMEOUT_S`)."
-    text = os.environ.get(DIST_TIMEOUT_ENV, "").strip()
-    if not text: return DIST_TIMEOUT_S
-    try: value = float(text)
-    except ValueError: value = float("nan")
-    if not (math.isfinite(value) and 0 < value <= 86_400):
-        raise ValueError(f"the environment variable {DIST_TIMEOUT_ENV} must be a number of seconds in (0, 86400], got {text!r}")
-    return value
-
-def _join_group(backend: str, timeout: float, **kw) -> None:
-    "init_process_group in a helper thread, so that the main thread stays in Python and Ctrl-C stops the wait; a timeout is a sentence."
-    error: list[BaseException] = []
-    def join():
-        try:
-            if "device_id" in kw: torch.cuda.set_device(kw["device_id"])  # CUDA's current device is per thread: this one's too
-            dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout), **kw)
-        except BaseException as e: error.append(e)
-    waiter = threading.Thread(target=join, name="ctl_explore-join-process-group", daemon=True)
-    waiter.start()
-    while waiter.is_alive(): waiter.join(0.1)
-    if error:
-        e = error[0]
-        if not isinstance(e, RuntimeError): raise e
-        where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
-        raise ProcessGroupError(
-            f"process {os.environ.get('RANK', '?')} of {os.environ.get('WORLD_SIZE', '?')} could not form the torchrun group at "
-            f"{where} within {timeout:g} s ({str(e).strip().splitlines()[0][:200]}): start every process of the run (torchrun "
-            f"--nproc_per_node=N starts them all), or set {DIST_TIMEOUT_ENV} to wait longer") from None
-
-def _init_distributed(device: torch.device) -> bool:
-    "Join the process group torchrun set up, if any (on CUDA: this process's GPU made current first, and bound to the group); True when this call started it."
-    if _env_int("WORLD_SIZE", 1) <= 1 or (dist.is_available() and dist.is_initialized()): return False
-    timeout = dist_timeout()  # bounds the joining and every collective: a missing or failed peer cannot hang the others
-    if device.type == "cuda":
-        torch.cuda.set_device(device)  # before anything is allocated: otherwise every process would also hold memory on cuda:0
-        _join_group("nccl", timeout, device_id=device)
-    else: _join_group("gloo", timeout)
-    return True
-
-def _abort_distributed() -> None:
-    "After an error in this process: abort its process group, so that peers waiting in a collective with it fail at once instead of at the timeout."
-    abort = getattr(dist.distributed_c10d, "_abort_process_group", None)
-    try:
-        if abort is not None: abort()
-    except Exception: pass  # noqa: a backend without abort falls back on the destroy that follows, and on the timeout
-    with contextlib.suppress(Exception):
-        if dist.is_initialized(): dist.destroy_process_group()
-
-_PEER_FAILURE = re.compile(r"gloo|nccl|connection (reset|closed)|timed out|timeout|watchdog|process ?group", re.I)
-
-def _peer_failure(e: BaseException, rank: int, world: int) -> ProcessGroupError | None:
-    "The sentence for a collective that failed because another process failed or went silent; None for any other error."
-    if world <= 1 or not isinstance(e, RuntimeError) or isinstance(e, (CheckpointError, RunFolderError, TrainingDivergedError)): return None
-    if not (isinstance(e, getattr(dist, "DistError", ())) or _PEER_FAILURE.search(str(e))): return None
-    return ProcessGroupError(
-        f"process {rank} of {world} stopped: a collective operation with the other processes failed "
-        f"({str(e).strip().splitlines()[0][:200]}); another process failed (see its error) or did not answer within "
-        f"{dist_timeout():g} s ({DIST_TIMEOUT_ENV}). Run the same command to resume from the last checkpoint")
-
-class _AllGather(torch.autograd.Function):
-    "all_gather into [world, *shape] whose gradient flows back to each process's own row (summed over every process's use of it)."
-    @staticmethod
-    def forward(ctx, t: Tensor, group) -> Tensor:
-        ctx.group, ctx.rank = group, dist.get_rank(group)
-        out = t.new_empty((dist.get_world_size(group),) + tuple(t.shape))
-        dist.all_gather(list(out.unbind(0)), t.contiguous(), group=group)
-        return out
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        grad = grad.contiguous().clone()
-        dist.all_reduce(grad, group=ctx.group)
-        return grad[ctx.rank], None
-
-class GlobalBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
-    """Batch norm whose training statistics are the global batch's over every process: each process's row count, mean
-    and sum of squared deviations are gathered in one collective per layer (their gradient in another) and combined
-    exactly (Chan's parallel variance, without the cancellation of E[x²] − mean²); no boolean mask, so no host read.
-    In evaluation mode, or in a single process, it is the ordinary batch norm."""
-    def _check_input_dim(self, x: Tensor) -> None:
-        if x.dim() < 2: raise ValueError(f"GlobalBatchNorm expects a batch of shape [N, C, ...], got shape {tuple(x.shape)}")
-
-    def forward(self, x: Tensor) -> Tensor:
-        if not (self.training and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
-            return super().forward(x)
-        self._check_input_dim(x)
-        c, dims, xf = x.shape[1], [0] + list(range(2, x.dim())), x.float()
-        shape = [1, c] + [1] * (x.dim() - 2)
-        rows = x.numel() // c                                      # this process's values per channel (a Python int: no read)
-        mean_p = xf.sum(dims) / max(rows, 1)
-        m2_p = (xf - mean_p.view(shape)).square().sum(dims)
-        parts = _AllGather.apply(torch.cat([xf.new_full((1,), rows), mean_p, m2_p]), None)  # [world, 1 + 2C]
-        n_p, means, m2s = parts[:, :1], parts[:, 1:c + 1], parts[:, c + 1:]
-        n = n_p.sum(0)
-        mean = (n_p * means).sum(0) / n
-        var = (m2s.sum(0) + (n_p * (means - mean).square()).sum(0)) / n
-        if self.track_running_stats:
-            with torch.no_grad():
-                self.num_batches_tracked.add_(1)
-                m = self.momentum if self.momentum is not None else 1 / self.num_batches_tracked  # cumulative average without momentum
-                self.running_mean.mul_(1 - m).add_(m * mean)
-                self.running_var.mul_(1 - m).add_(m * var * n / (n - 1).clamp_min(1))
-        y = (xf - mean.view(shape)) * torch.rsqrt(var.view(shape) + self.eps)
-        if self.affine: y = y * self.weight.view(shape) + self.bias.view(shape)
-        return y.to(x.dtype)
-
-def global_batchnorm(module: torch.nn.Module) -> torch.nn.Module:
-    "`module` with each BatchNorm1d/2d/3d replaced, in place, by a `GlobalBatchNorm` sharing its parameters and statistics (the root returned)."
-    if isinstance(module, torch.nn.modules.batchnorm._BatchNorm) and not isinstance(module, GlobalBatchNorm):
-        new = GlobalBatchNorm(module.num_features, module.eps, module.momentum, module.affine, module.track_running_stats)
-        if module.affine: new.weight, new.bias = module.weight, module.bias
-        if module.track_running_stats:
-            new.running_mean, new.running_var, new.num_batches_tracked = module.running_mean, module.running_var, module.num_batches_tracked
-        new.train(module.training)
-        return new
-    for name, child in module.named_children(): setattr(module, name, global_batchnorm(child))
-    return module
-
-def distributed_net(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
-    "The encoder as several processes train it: batch norm over the global batch (`global_batchnorm`), wrapped in DDP; the model itself in one process."
-    if _distributed()[1] == 1: return model
-    net = global_batchnorm(model)
-    return torch.nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
-
-def _gather(t: Tensor) -> Tensor:
-    "Concatenate `t` from every process, in rank order (just `t` in a single process)."
-    rank, world = _distributed()
-    if world == 1: return t
-    parts = [torch.empty_like(t) for _ in range(world)]
-    dist.all_gather(parts, t.contiguous())
-    return torch.cat(parts)
-
-def _on_rank_0_first(work: Callable, device: torch.device, what: str):
-    "Run `work(first)` in process 0 with first=True, then, once it has succeeded, in the other processes with first=False; its result."
-    rank, world = _distributed()
-    if world == 1: return work(True)
-    result, error = None, None
-    if rank == 0:
-        try: result = work(True)
-        except Exception as e: error = e
-    ok = torch.tensor(0 if error else 1, device=device)
-    dist.broadcast(ok, src=0)  # the other processes wait here until process 0 is done
-    if error is not None: raise error
-    if not ok.item(): raise RuntimeError(f"process 0 failed to {what}: see its error")
-    return result if rank == 0 else work(False)
 
 
 # %% ../nbs/07_pretrain.ipynb #54014de8
@@ -626,6 +433,10 @@ def _restore_generator(generator: torch.Generator, saved: Tensor, seed: int, epo
 
 
 # %% ../nbs/07_pretrain.ipynb #b8605635
+def _peer_failure(e: BaseException, rank: int, world: int) -> ProcessGroupError | None:
+    "Appendix 19's sentence for a collective that failed because a peer failed or went silent; None for the run's own errors (checkpoint, folder, divergence)."
+    return _lost_peer(e, rank, world, own=(CheckpointError, RunFolderError, TrainingDivergedError))
+
 def pretrain(
     config: PretrainConfig,     # what to train
     out_dir: str | Path,        # the run folder: config.json, metrics.jsonl, checkpoint.pt (and its lock, .lock)

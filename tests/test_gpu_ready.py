@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+import ctl_explore.distributed as distributed_mod
 import ctl_explore.train as train_mod
 from ctl_explore.checks import count_host_syncs, value_checks
 from ctl_explore.data import TwoViewAugment, augment_view, load_dataset
@@ -71,28 +72,28 @@ def test_a_process_takes_its_gpu_before_it_joins_the_group(fake_gpus):
     fake_gpus.setattr(torch.cuda, "set_device", lambda d: calls.append(("set_device", d)))
     fake_gpus.setattr(dist, "is_initialized", lambda: False)
     fake_gpus.setattr(dist, "init_process_group", lambda backend, **kw: calls.append(("init", backend, kw)))
-    assert not train_mod._init_distributed(torch.device("cuda", 2))  # one process: no group
+    assert not distributed_mod._init_distributed(torch.device("cuda", 2))  # one process: no group
     assert calls == []
     fake_gpus.setenv("WORLD_SIZE", "4"); fake_gpus.setenv("LOCAL_RANK", "2")
-    assert train_mod._init_distributed(resolve_device("cuda"))
+    assert distributed_mod._init_distributed(resolve_device("cuda"))
     # issue 24: the group waits for its members, and in every collective, at most CTL_EXPLORE_DIST_TIMEOUT seconds (600 unset)
     bounded = {"timeout": datetime.timedelta(seconds=600)}
     # the group is joined in a helper thread (so that Ctrl-C can stop the wait), which makes the GPU current there too
     assert calls == [("set_device", torch.device("cuda", 2)), ("set_device", torch.device("cuda", 2)),
                      ("init", "nccl", {"device_id": torch.device("cuda", 2), **bounded})]
     calls.clear()
-    assert train_mod._init_distributed(torch.device("cpu"))
+    assert distributed_mod._init_distributed(torch.device("cpu"))
     assert calls == [("init", "gloo", bounded)]
     calls.clear()
     fake_gpus.setenv("CTL_EXPLORE_DIST_TIMEOUT", "12.5")
-    assert train_mod._init_distributed(torch.device("cpu"))
+    assert distributed_mod._init_distributed(torch.device("cpu"))
     assert calls == [("init", "gloo", {"timeout": datetime.timedelta(seconds=12.5)})]
 
 
 @pytest.mark.parametrize("rank", [0, 1])
 def test_process_0_downloads_while_the_others_wait(monkeypatch, rank):
     events = []
-    monkeypatch.setattr(train_mod, "_distributed", lambda: (rank, 2))
+    monkeypatch.setattr(distributed_mod, "_distributed", lambda: (rank, 2))
     monkeypatch.setattr(train_mod, "_load_splits", lambda config, device, quiet: events.append(("load", config.download)) or "splits")
     monkeypatch.setattr(dist, "broadcast", lambda t, src: events.append(("wait for process 0", int(t))))
     config = PretrainConfig(dataset="cifar10", download=True)
@@ -105,7 +106,7 @@ def test_process_0_downloads_while_the_others_wait(monkeypatch, rank):
 
 
 def test_a_failed_download_stops_every_process(monkeypatch):
-    monkeypatch.setattr(train_mod, "_distributed", lambda: (1, 2))
+    monkeypatch.setattr(distributed_mod, "_distributed", lambda: (1, 2))
     monkeypatch.setattr(dist, "broadcast", lambda t, src: t.fill_(0))  # what process 1 hears when process 0 failed
     monkeypatch.setattr(train_mod, "_load_splits", lambda *a: pytest.fail("process 1 must not load after process 0 failed"))
     with pytest.raises(RuntimeError, match="process 0 failed to download cifar10"):

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -19,6 +20,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from ctl_explore import run_folders
 from ctl_explore import train as train_module
 from ctl_explore.cli import main
 from ctl_explore.losses import contrastive_loss, hard_contrastive_loss, simple_loss
@@ -303,7 +305,7 @@ def test_a_failed_download_says_where_to_put_the_files(tmp_path, capsys, monkeyp
 def test_a_folder_that_cannot_be_written_is_found_before_training(finished, tmp_path, capsys, monkeypatch):
     run = copy_run(finished, tmp_path / "run")
     def refuse(*a, **kw): raise PermissionError(13, "Permission denied")
-    monkeypatch.setattr(train_module.tempfile, "mkstemp", refuse)
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
     started = time.time()
     code, err = run_main(capsys, "pretrain", "--out", str(run), "--epochs", "2", *TINY_ARGS)
     assert code == 1 and f"cannot write into {run} (Permission denied)" in err and "Traceback" not in err
@@ -407,7 +409,7 @@ def test_a_new_or_empty_folder_is_marked_and_only_a_marked_one_is_written_again(
     for run in (tmp_path / "new", tmp_path / "empty"):
         if run.name == "empty": run.mkdir()
         pretrain(tiny(), run, quiet=True)
-        assert json.loads((run / RUN_MARKER).read_text()) == train_module._MARKER
+        assert json.loads((run / RUN_MARKER).read_text()) == run_folders._MARKER
     # a marker someone else wrote is not taken for pretrain's
     (tmp_path / "new" / RUN_MARKER).write_text('{"written_by": "me"}')
     with pytest.raises(RunFolderError, match="is not the marker pretrain writes"): pretrain(tiny(), tmp_path / "new", quiet=True)

@@ -22,8 +22,8 @@ import torch.multiprocessing as mp
 from ctl_explore.checks import count_host_syncs, value_checks
 from ctl_explore.data import TwoViewAugment
 from ctl_explore.memory_bank import MemoryBank
-from ctl_explore.train import (DIST_TIMEOUT_ENV, GlobalBatchNorm, PretrainConfig, ProcessGroupError, build_model, distributed_net,
-                               global_batchnorm, negatives_seen, pretrain, training_step, view_draws)
+from ctl_explore.distributed import DIST_TIMEOUT_ENV, GlobalBatchNorm, ProcessGroupError, distributed_net, global_batchnorm
+from ctl_explore.train import PretrainConfig, build_model, negatives_seen, pretrain, training_step, view_draws
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 TINY = ["--width", "4", "--out-dim", "16", "--knn-k", "20", "--batch-size", "64", "--quiet", "--device", "cpu"]
@@ -260,9 +260,9 @@ def test_a_failing_or_silent_rank_cannot_hang_its_peer(tmp_path, fail):
 
 PER_PROCESS_BN = """
 import sys
-from ctl_explore import train
+from ctl_explore import distributed
 from ctl_explore.cli import main
-train.global_batchnorm = lambda module: module  # the control: each process normalises with its own half of the batch
+distributed.global_batchnorm = lambda module: module  # the control: each process normalises with its own half of the batch
 sys.exit(main(sys.argv[1:]))
 """
 
