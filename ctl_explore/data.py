@@ -5,7 +5,7 @@
 # %% ../nbs/04_data.ipynb #1a4f5bff
 from __future__ import annotations
 
-import gzip, hashlib, math, os, re, shutil, tempfile, warnings
+import gzip, hashlib, math, os, re, shutil, warnings
 from functools import lru_cache
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, replace
@@ -21,6 +21,7 @@ from torch import Tensor
 from tqdm import tqdm
 
 from .checks import check_int, check_interval, check_probability, checking_values
+from .run_folders import RunFolderError, write_atomic
 
 # %% auto #0
 __all__ = ['IMAGENET100_CLASSES', 'CACHE_ENV', 'EVAL_CROP_FRACTION', 'LOAD_OPTIONS', 'DATASETS', 'FULL_IMAGE_SIZE',
@@ -110,26 +111,14 @@ def data_root() -> Path:
 # %% ../nbs/04_data.ipynb #4e087bfd
 _MNIST_FILES = [f"MNIST/raw/{split}-{kind}" for split in ("train", "t10k") for kind in ("images-idx3-ubyte", "labels-idx1-ubyte")]
 
-def _write_atomically(path: Path, write) -> None:
-    """`write(f)` into a temporary file of this writer's own next to `path`, then renamed to `path` in one step: a reader
-    finds the old file or the whole new one, never half of one, and two processes writing at once do not mix."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f: write(f)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
 def _gunzip_missing(root: Path, files: list[str]) -> None:
     "Extract `f.gz` wherever only the compressed file is there (torchvision reads the extracted files; its download extracts them too)."
     for f in files:
         packed = root / f"{f}.gz"
         if (root / f).is_file() or not packed.is_file(): continue
         try:
-            with gzip.open(packed, "rb") as src: _write_atomically(root / f, lambda dst: shutil.copyfileobj(src, dst))
-        except (OSError, EOFError) as e:
+            with gzip.open(packed, "rb") as src: write_atomic(root / f, lambda dst: shutil.copyfileobj(src, dst))
+        except (OSError, EOFError, RunFolderError) as e:
             raise DatasetNotFoundError(f"cannot extract {packed} ({type(e).__name__}: {e}); delete it and fetch it again") from e
 
 def _torchvision_files(cls, name: str, train: bool) -> list[str]:
@@ -307,8 +296,10 @@ def _load_imagenet100(root: Path, train: bool, image_size: int, classes, max_per
     if images is None:
         images = _decode_all(files, image_size, num_workers, progress)
         if cache is not None:
-            try: _write_atomically(cache, lambda f: torch.save({"key": key, "images": images}, f))
-            except OSError as e:  # a read-only ImageNet folder, a full disk: train anyway, without the cache
+            try:
+                cache.parent.mkdir(parents=True, exist_ok=True)
+                write_atomic(cache, lambda f: torch.save({"key": key, "images": images}, f))
+            except (OSError, RunFolderError) as e:  # a read-only ImageNet folder, a full disk, a link: train anyway, without the cache
                 warnings.warn(f"could not write the cache {cache} ({type(e).__name__}: {e}); set ${CACHE_ENV} or pass "
                               f"cache_dir= a writable folder to keep the decoded images")
     return ImageData(images, labels, wnids, "imagenet100", train)

@@ -880,7 +880,7 @@ def test_imagenet100_unwritable_cache_warns_and_goes_on(tmp_path, monkeypatch):
     monkeypatch.delenv(CACHE_ENV, raising=False)
     root = _small_imagenet(tmp_path / "imagenet")
     def refuse(path, write): raise PermissionError(13, "Permission denied", str(path))
-    monkeypatch.setattr(data_module, "_write_atomically", refuse)
+    monkeypatch.setattr(data_module, "write_atomic", refuse)
     with pytest.warns(UserWarning, match="could not write the cache"):
         data = load_dataset("imagenet100", root=root, train=False, classes=IMAGENET100_CLASSES[:3], image_size=8, progress=False)
     assert data.images.shape == (6, 3, 8, 8)
@@ -911,9 +911,10 @@ def test_concurrent_writers_leave_one_whole_cache_file(tmp_path, monkeypatch):
 
 def test_write_atomically_cleans_up_after_a_failed_write(tmp_path):
     target = tmp_path / "sub" / "file.bin"
-    data_module._write_atomically(target, lambda f: f.write(b"first"))
+    target.parent.mkdir()  # write_atomic (ctl_explore.run_folders) writes into an existing folder
+    data_module.write_atomic(target, lambda f: f.write(b"first"))
     with pytest.raises(RuntimeError, match="boom"):
-        data_module._write_atomically(target, lambda f: (f.write(b"half"), (_ for _ in ()).throw(RuntimeError("boom"))))
+        data_module.write_atomic(target, lambda f: (f.write(b"half"), (_ for _ in ()).throw(RuntimeError("boom"))))
     assert target.read_bytes() == b"first" and [p.name for p in target.parent.iterdir()] == ["file.bin"]
 
 
