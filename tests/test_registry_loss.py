@@ -1,0 +1,131 @@
+"""A loss declared in one place is found everywhere a loss name is taken: `apply_loss` (and the memory bank and two-view
+batches through it), the explorer's playground, the command line's `--loss`, `PretrainConfig` and `pretrain`, and a study
+with its report. The toy loss is a softplus triplet over (pos, neg); it is registered for each test and removed afterwards."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ctl_explore.losses import LOSSES, LossSpec, apply_loss, loss_names, loss_spec, reduce_loss, register_loss
+
+
+def toy_loss(pos, neg, tau, reduction="mean"):
+    "Each anchor's mean over its negatives of softplus((s_ij − s_ii)/τ): a smooth triplet loss."
+    return reduce_loss(F.softplus((neg - pos[:, None]) / tau).mean(dim=1), reduction)
+
+
+TOY = LossSpec("toy", toy_loss, ("tau",), label="toy softplus triplet", color="#123456", paper="made up by the test")
+
+
+@pytest.fixture
+def toy():
+    assert "toy" not in LOSSES
+    spec = register_loss(TOY)
+    try: yield spec
+    finally: LOSSES.pop("toy", None)
+
+
+def _sims(seed=0, b=6, k=10):
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(b, generator=g) * 2 - 1, torch.rand(b, k, generator=g) * 2 - 1
+
+
+def test_toy_is_applied_by_name(toy):
+    assert loss_spec("toy") is toy and loss_names()[-1] == "toy" and "toy" in loss_names("similarity")
+    assert "toy" not in loss_names("feature")
+    pos, neg = _sims()
+    torch.testing.assert_close(apply_loss("toy", pos, neg, tau=0.5), toy_loss(pos, neg, 0.5))
+    torch.testing.assert_close(apply_loss("toy", pos, neg, reduction="none", tau=0.5), toy_loss(pos, neg, 0.5, "none"))
+    with pytest.raises(ValueError, match="the toy loss needs tau"): apply_loss("toy", pos, neg)
+    with pytest.raises(ValueError, match="the toy loss takes tau; it does not take alpha"): apply_loss("toy", pos, neg, tau=0.5, alpha=0.1)
+
+
+def test_toy_runs_against_the_memory_bank_and_a_batch(toy):
+    from ctl_explore.memory_bank import MemoryBank, batch_loss
+    from ctl_explore.losses import pair_similarities
+    g = torch.Generator().manual_seed(1)
+    q, z2 = (F.normalize(torch.randn(8, 5, generator=g), dim=1) for _ in range(2))
+    bank, idx = MemoryBank(20, 5, generator=g), torch.arange(8)
+    torch.testing.assert_close(bank.loss(q, idx, "toy", tau=0.3), toy_loss(*bank.similarities(q, idx), 0.3))
+    torch.testing.assert_close(batch_loss(q, z2, "toy", tau=0.3), toy_loss(*pair_similarities(q, z2), 0.3))
+
+
+def test_toy_is_on_the_playground_menu(toy):
+    from ctl_explore.explorer import HyperspherePlayground, playground_losses, sphere_loss, sphere_step
+    assert playground_losses()["toy"] == "toy softplus triplet"
+    assert "triplet_limit" not in playground_losses() and "simple_limit" not in playground_losses()
+    pos, neg = _sims(2)
+    torch.testing.assert_close(sphere_loss(pos, neg, "toy", 0.4, 0.1, 0.01), 0.4 * toy_loss(pos, neg, 0.4, "sum"))
+    w = HyperspherePlayground(loss="toy", n_classes=2, per_class=5)
+    assert ("toy softplus triplet", "toy") in w.loss_dropdown.options and w.loss_dropdown.value == "toy"
+    w.step(2)
+    assert w.n_steps == 2 and len(w.history["uniformity"]) == 3
+    from ctl_explore.explorables import takes_tau
+    assert takes_tau("toy")
+
+
+def test_toy_is_gone_once_unregistered():
+    assert "toy" not in LOSSES
+    pos, neg = _sims()
+    with pytest.raises(ValueError, match=r"loss must be one of \('contrastive'.*got 'toy'"): loss_spec("toy")
+    with pytest.raises(ValueError, match="loss must be one of"): apply_loss("toy", pos, neg, tau=0.5)
+    from ctl_explore.explorer import playground_losses
+    assert "toy" not in playground_losses()
+
+
+def test_registration_refuses_another_loss_under_a_taken_name(toy):
+    assert register_loss(TOY) is TOY  # the same declaration again (a notebook cell run twice) changes nothing
+    assert loss_spec("toy") is TOY
+    with pytest.raises(ValueError, match="loss 'toy' is already registered"):
+        register_loss(dataclasses.replace(TOY, label="another toy"))
+    with pytest.raises(ValueError, match="loss 'contrastive' is already registered"):
+        register_loss(dataclasses.replace(TOY, name="contrastive"))
+    assert loss_spec("contrastive").label == "contrastive (Eq 1)"
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(level="pixel"), r"loss 'toy': level must be one of \('similarity', 'feature'\), got 'pixel'"),
+    (dict(name="two words"), "a loss's name must be a Python identifier"),
+    (dict(fn=None), "loss 'toy': fn must be callable"),
+    (dict(params=["tau"]), "loss 'toy': params must be a tuple"),
+])
+def test_a_bad_declaration_is_refused_naming_it(change, message):
+    with pytest.raises(ValueError, match=message):
+        register_loss(dataclasses.replace(TOY, **change))
+    assert "toy" not in LOSSES and "two words" not in LOSSES
+
+
+@pytest.mark.xfail(strict=False, reason="the command line reads loss_names() once the lead's change to cli.py lands")
+def test_toy_is_a_choice_of_the_command_line(toy, tmp_path):
+    from ctl_explore.cli import build_parser
+    parser = build_parser()
+    pretrain = parser._subparsers._group_actions[0].choices["pretrain"]
+    assert "toy" in pretrain.format_help()
+    assert parser.parse_args(["pretrain", "--loss", "toy", "--out", str(tmp_path / "run")]).loss == "toy"
+
+
+@pytest.mark.xfail(strict=False, reason="PretrainConfig reads loss_names() once helper C's change to lesson 07 lands")
+def test_toy_pretrains_on_digits(toy, tmp_path):
+    from ctl_explore.train import PretrainConfig, pretrain
+    torch.set_num_threads(1)
+    config = PretrainConfig(loss="toy", tau=0.5, epochs=1, width=4, out_dim=8, batch_size=64, knn_k=5, device="cpu")
+    assert config.loss_params() == {"tau": 0.5}
+    record = pretrain(config, tmp_path / "run", quiet=True)
+    assert record["epoch"] == 1 and torch.isfinite(torch.tensor(record["loss"]))
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["loss"] == "toy"
+
+
+@pytest.mark.xfail(strict=False, reason="a study's losses axis (helper D1) and its report's labels from the registry (D2) land this session")
+def test_a_smoke_study_of_toy_reports_its_label(toy, tmp_path):
+    from ctl_explore.study import get_preset
+    from ctl_explore.study_runs import run_study, write_report
+    torch.set_num_threads(1)
+    preset = dataclasses.replace(get_preset("smoke"), losses=("toy",), taus=(0.5,), seeds=(0,))
+    rows = run_study(preset, tmp_path / "study", quiet=True, device="cpu", workers=1)
+    assert rows and not [r for r in rows if "failed" in r] and {r["loss"] for r in rows} == {"toy"}
+    report = write_report(rows, tmp_path / "study", preset)
+    assert "toy softplus triplet" in report.read_text()
