@@ -34,13 +34,14 @@ from .study import Finding, direction_verdict
 # %% auto #0
 __all__ = ['BIT_CODINGS', 'EVAL_BITS', 'SUPPRESSION_LOSSES', 'ARCHS', 'SCHEDULES', 'AUGMENTS', 'RANDBIT_KS', 'TAUS',
            'RANDBIT_CONFIG', 'PROBE_MODES', 'EXPERIMENTS', 'CLL20_RANDBIT_MNIST', 'TAU_COLORS', 'SCALES',
-           'MULTIDIGITS_CONFIG', 'SHARED_CODE_SEED', 'RANDBIT_MNIST_PAPER', 'PAPER_KS', 'twin_share', 'random_bits',
-           'append_bits', 'read_bits', 'RandBit', 'features', 'SuppressionConfig', 'convn_encoder', 'new_encoder',
-           'contrastive_objective', 'train_contrastive', 'randbit_augment', 'randbit_run', 'run_path', 'cached_result',
-           'run_grid', 'randbit_figure', 'MultiDigits', 'make_multidigits', 'multidigits_run', 'multidigits_figure',
-           'accuracy_direction', 'at_chance', 'suppression_findings', 'zero_bit_confound', 'code_seen_probability',
-           'shared_code_run', 'run_shared_codes', 'shared_code_summary', 'shared_codes_figure', 'SuppressionExplorer',
-           'paper_table', 'randbit_mnist_paper']
+           'MULTIDIGITS_CONFIG', 'SUPPRESSION_Z', 'SUPPRESSION_FINDINGS', 'SHARED_CODE_SEED', 'RANDBIT_MNIST_PAPER',
+           'PAPER_KS', 'twin_share', 'random_bits', 'append_bits', 'read_bits', 'RandBit', 'features',
+           'SuppressionConfig', 'convn_encoder', 'new_encoder', 'contrastive_objective', 'train_contrastive',
+           'randbit_augment', 'randbit_run', 'run_path', 'cached_result', 'run_grid', 'randbit_figure', 'MultiDigits',
+           'make_multidigits', 'multidigits_run', 'multidigits_figure', 'accuracy_direction', 'at_chance',
+           'SuppressionGrid', 'suppression_findings', 'zero_bit_confound', 'code_seen_probability', 'shared_code_run',
+           'run_shared_codes', 'shared_code_summary', 'shared_codes_figure', 'SuppressionExplorer', 'paper_table',
+           'randbit_mnist_paper']
 
 # %% ../nbs/12_feature_suppression.ipynb #6394e15b
 def twin_share(
@@ -551,84 +552,132 @@ def multidigits_figure(rows: list[dict]) -> go.Figure:
     return fig
 
 # %% ../nbs/12_feature_suppression.ipynb #14560b6b
-def accuracy_direction(a: float, b: float, n_a: int, n_b: int, z: float = 2.0) -> int:
-    "+1 if accuracy a (on n_a test images) is clearly above b (on n_b), −1 if clearly below, 0 within z standard errors."
+from .study import Difference, FindingRule, Judged, Part, accuracy_gap, register_finding
+
+SUPPRESSION_Z = 2.0  # two accuracies differ when they are more than this many standard errors of their difference apart
+
+def accuracy_direction(a: float, b: float, n_a: int, n_b: int, z: float = SUPPRESSION_Z) -> int:
+    "+1 if accuracy a (on n_a test images) is clearly above b (on n_b), −1 if clearly below, 0 within z standard errors (lesson 09's `accuracy_gap`)."
     a, b = check_probability("a", a, "an accuracy"), check_probability("b", b, "an accuracy")
     check_int("n_a", n_a, 1); check_int("n_b", n_b, 1)
-    se = math.sqrt(a * (1 - a) / n_a + b * (1 - b) / n_b)
-    if abs(a - b) <= z * se: return 0
-    return 1 if a > b else -1
+    return accuracy_gap(a, b, n_a, n_b).sign(critical=z)
 
-def at_chance(p: float, chance: float, n: int, z: float = 2.0) -> bool:
+def at_chance(p: float, chance: float, n: int, z: float = SUPPRESSION_Z) -> bool:
     "Whether accuracy p on n test images is within z standard errors above the chance level."
     p, chance = check_probability("p", p, "an accuracy"), check_probability("chance", chance, "an accuracy")
     check_int("n", n, 1)
     return p <= chance + z * math.sqrt(chance * (1 - chance) / n)
 
+
 # %% ../nbs/12_feature_suppression.ipynb #30daaae4
-def _mean_direction(lo: list[dict], hi: list[dict], key: str, z: float = 2.0) -> int:
-    "+1 if the mean of `key` over rows lo is clearly above that over rows hi (test-set noise only)."
+def _mean_direction(lo: list[dict], hi: list[dict], key: str, z: float = SUPPRESSION_Z) -> int:
+    "+1 if the mean of `key` over rows lo is clearly above that over rows hi (test-set noise only; a `Difference` of lesson 09)."
     mean = lambda rows: sum(r[key] for r in rows) / len(rows)
     var = lambda rows: sum(r[key] * (1 - r[key]) / r["n_test"] for r in rows) / len(rows) ** 2
-    diff, se = mean(lo) - mean(hi), math.sqrt(var(lo) + var(hi))
-    return 0 if abs(diff) <= z * se else (1 if diff > 0 else -1)
+    return Difference(mean(hi), mean(lo), math.sqrt(var(lo) + var(hi)), math.inf).sign(critical=z)
+
+SUPPRESSION_FINDINGS: dict[int, FindingRule] = {}  # [CLL20]'s claims, declared once each below
+
+class SuppressionGrid:
+    "What every suppression judge reads: the two grids, and their ends (k = 0 and the largest k; scale 1 and the largest scale) per τ, as the rows hold them."
+    def __init__(self, randbit_rows: list[dict], multidigits_rows: list[dict]):
+        self.randbit, self.multidigits = randbit_rows, multidigits_rows
+        self.taus = sorted({r["tau"] for r in randbit_rows})
+        self.ends = {}
+        for tau in self.taus:
+            mine = _by(randbit_rows, "k", tau)
+            if len(mine) > 1 and mine[0]["k"] == 0: self.ends[tau] = (mine[0], mine[-1])
+        self.scale_ends = {}
+        for tau in sorted({r["tau"] for r in multidigits_rows}):
+            mine = _by(multidigits_rows, "scale", tau)
+            if len(mine) >= 2 and mine[0]["scale"] == 1.0: self.scale_ends[tau] = (mine[0], mine[-1])
+
+def _judged(label: str, directions: list[int], measured: str) -> Judged:
+    "One part, its verdict by lesson 09's `direction_verdict` over the comparisons' directions (+1 the paper's way)."
+    return Judged([Part(label, direction_verdict(directions), measured)], len(directions), measured)
+
+_fmt = lambda r, key: f"{r[key]:.3f}"
+
+def _clearly(z: float) -> str: return f"more than {z:g} standard errors of their difference (the test set's binomial noise)"
+
+@register_finding(SUPPRESSION_FINDINGS, 1, "A few random bits shared by the two views suppress the digit: accuracy falls as k grows (Section 4.4).",
+                  lambda z: f"for every τ, the digit's accuracy with one shared code at the largest k is below its accuracy at k = 0 by {_clearly(z)}",
+                  z=SUPPRESSION_Z)
+def _judge_bits_suppress(grid: SuppressionGrid, z: float) -> Judged:
+    measured = "; ".join(f"τ={t:g}: {_fmt(a, 'digit_top1_shared')} at k=0 → {_fmt(b, 'digit_top1_shared')} at k={b['k']} "
+                         f"(random-init encoder {_fmt(b, 'random_init_top1_shared')}), one shared code" for t, (a, b) in grid.ends.items())
+    d = [accuracy_direction(a["digit_top1_shared"], b["digit_top1_shared"], a["n_test"], b["n_test"], z) for a, b in grid.ends.values()]
+    return _judged("the digit suppressed", d, measured or "needs k = 0 and a larger k for some τ")
+
+@register_finding(SUPPRESSION_FINDINGS, 2, "With enough bits (15–20 in the MNIST reference) the linear accuracy falls to chance.",
+                  lambda z: (f"for every τ, at the largest k the online probe (own bits) is within {z:g} standard errors of chance, and below "
+                             f"the random-init encoder's post-hoc probe with the same bits by {_clearly(z)}"), z=SUPPRESSION_Z)
+def _judge_to_chance(grid: SuppressionGrid, z: float) -> Judged:
+    d = []
+    for a, b in grid.ends.values():
+        d += [1 if at_chance(b["online_top1"], b["chance"], b["n_test"], z) else -1,
+              -accuracy_direction(b["online_top1"], b["random_init_top1_own_bits"], b["n_test"], b["n_test"], z)]
+    chance = f"; chance {max(r['chance'] for r in grid.randbit):.3f}" if grid.randbit else ""
+    return _judged("down to chance", d, "; ".join(f"τ={t:g}: online probe {_fmt(b, 'online_top1')} with own bits at k={b['k']} (random-init "
+                                                  f"encoder, post-hoc, {_fmt(b, 'random_init_top1_own_bits')})" for t, (a, b) in grid.ends.items()) + chance)
+
+@register_finding(SUPPRESSION_FINDINGS, 3, "Enough bits fully prevent the learning of the digit: its features are no better than a random network's.",
+                  lambda z: (f"for every τ, at the largest k the trained encoder's digit accuracy with one shared code is not above the "
+                             f"random-init encoder's with the same code by {_clearly(z)}"), z=SUPPRESSION_Z)
+def _judge_prevented(grid: SuppressionGrid, z: float) -> Judged:
+    d = [1 if accuracy_direction(b["digit_top1_shared"], b["random_init_top1_shared"], b["n_test"], b["n_test"], z) <= 0 else -1
+         for a, b in grid.ends.values()]
+    return _judged("fully prevented", d, "; ".join(f"τ={t:g}: {_fmt(b, 'digit_top1_shared')} vs random-init {_fmt(b, 'random_init_top1_shared')} "
+                                                   f"at k={b['k']}, one shared code" for t, (a, b) in grid.ends.items()))
+
+@register_finding(SUPPRESSION_FINDINGS, 4, "A smaller τ mitigates the suppression slightly (Appendix B.1).",
+                  lambda z: (f"the mean digit accuracy (one shared code) over k > 0 is higher at the smallest τ than at the largest by "
+                             f"{_clearly(z)}"), z=SUPPRESSION_Z)
+def _judge_small_tau(grid: SuppressionGrid, z: float) -> Judged:
+    if len(grid.taus) < 2: return _judged("smaller τ mitigates", [], "this grid ran one τ")
+    lo = [r for r in grid.randbit if r["tau"] == grid.taus[0] and r["k"] > 0]
+    hi = [r for r in grid.randbit if r["tau"] == grid.taus[-1] and r["k"] > 0]
+    if not lo or not hi: return _judged("smaller τ mitigates", [], f"needs k > 0 at τ={grid.taus[0]:g} and at τ={grid.taus[-1]:g}")
+    mean = lambda rows: sum(r["digit_top1_shared"] for r in rows) / len(rows)
+    return _judged("smaller τ mitigates", [_mean_direction(lo, hi, "digit_top1_shared", z)],
+                   f"mean accuracy (one shared code) over k > 0: {mean(lo):.3f} at τ={grid.taus[0]:g} vs {mean(hi):.3f} at τ={grid.taus[-1]:g}")
+
+@register_finding(SUPPRESSION_FINDINGS, 5, "A dominant digit suppresses the small one: the small digit's accuracy falls as the big one grows, "
+                  "the big one's does not (Section 4.3).",
+                  lambda z: (f"for every τ, at the largest scale the small digit's accuracy on the canvas is below its accuracy at scale 1 "
+                             f"by {_clearly(z)}, and the big digit's is not below its own at scale 1 by as much"), z=SUPPRESSION_Z)
+def _judge_dominant(grid: SuppressionGrid, z: float) -> Judged:
+    d, m = [], []
+    for tau, (a, b) in grid.scale_ends.items():
+        n = a["n_test"]
+        d += [accuracy_direction(a["small_top1"], b["small_top1"], n, n, z), 1 if accuracy_direction(b["big_top1"], a["big_top1"], n, n, z) >= 0 else -1]
+        m.append(f"τ={tau:g}: small {a['small_top1']:.3f} → {b['small_top1']:.3f}, big {a['big_top1']:.3f} → "
+                 f"{b['big_top1']:.3f} from scale 1 to {b['scale']:g}")
+    return _judged("the small digit suppressed", d, "; ".join(m) or "needs scale 1 and a larger scale")
+
+@register_finding(SUPPRESSION_FINDINGS, 6, "The small digit's representation degenerates to random-network performance (Section 4.3).",
+                  lambda z: (f"for every τ, the small digit alone is better seen by the trained encoder than by the random-init one by "
+                             f"{_clearly(z)} at scale 1, and no longer at the largest scale"), z=SUPPRESSION_Z)
+def _judge_degenerates(grid: SuppressionGrid, z: float) -> Judged:
+    d, m = [], []
+    for tau, (a, b) in grid.scale_ends.items():
+        n = a["n_test"]
+        d += [accuracy_direction(a["small_alone_top1"], a["random_init_small_alone_top1"], n, n, z),
+              -1 if accuracy_direction(b["small_alone_top1"], b["random_init_small_alone_top1"], n, n, z) > 0 else 1]
+        m.append(f"τ={tau:g}: small digit alone, trained vs random-init: {a['small_alone_top1']:.3f} vs "
+                 f"{a['random_init_small_alone_top1']:.3f} at scale 1, {b['small_alone_top1']:.3f} vs "
+                 f"{b['random_init_small_alone_top1']:.3f} at scale {b['scale']:g}")
+    return _judged("degenerates to random", d, "; ".join(m) or "needs scale 1 and a larger scale")
 
 def suppression_findings(randbit_rows: list[dict], multidigits_rows: list[dict]) -> list[Finding]:
-    "[CLL20]'s feature-suppression claims, each with what the rows measured and a verdict by the rules above."
-    out = []
-    taus = sorted({r["tau"] for r in randbit_rows})
-    ends = {}
-    for tau in taus:
-        mine = _by(randbit_rows, "k", tau)
-        if len(mine) > 1 and mine[0]["k"] == 0: ends[tau] = (mine[0], mine[-1])
-    fmt = lambda r, key: f"{r[key]:.3f}"
-    measured = "; ".join(f"τ={t:g}: {fmt(a, 'digit_top1_shared')} at k=0 → {fmt(b, 'digit_top1_shared')} at k={b['k']} "
-                         f"(random-init encoder {fmt(b, 'random_init_top1_shared')}), one shared code" for t, (a, b) in ends.items())
-    d = [accuracy_direction(a["digit_top1_shared"], b["digit_top1_shared"], a["n_test"], b["n_test"]) for a, b in ends.values()]
-    out.append(Finding(1, "A few random bits shared by the two views suppress the digit: accuracy falls as k grows (Section 4.4).",
-                       measured or "needs k = 0 and a larger k for some τ", direction_verdict(d)))
-    d = []
-    for a, b in ends.values():
-        d += [1 if at_chance(b["online_top1"], b["chance"], b["n_test"]) else -1,
-              -accuracy_direction(b["online_top1"], b["random_init_top1_own_bits"], b["n_test"], b["n_test"])]
-    chance = f"; chance {max(r['chance'] for r in randbit_rows):.3f}" if randbit_rows else ""
-    out.append(Finding(2, "With enough bits (15–20 in the MNIST reference) the linear accuracy falls to chance.",
-                       "; ".join(f"τ={t:g}: online probe {fmt(b, 'online_top1')} with own bits at k={b['k']} (random-init encoder, post-hoc, "
-                                 f"{fmt(b, 'random_init_top1_own_bits')})" for t, (a, b) in ends.items()) + chance, direction_verdict(d)))
-    d = [1 if accuracy_direction(b["digit_top1_shared"], b["random_init_top1_shared"], b["n_test"], b["n_test"]) <= 0 else -1
-         for a, b in ends.values()]
-    out.append(Finding(3, "Enough bits fully prevent the learning of the digit: its features are no better than a random network's.",
-                       "; ".join(f"τ={t:g}: {fmt(b, 'digit_top1_shared')} vs random-init {fmt(b, 'random_init_top1_shared')} at k={b['k']}, "
-                                 f"one shared code" for t, (a, b) in ends.items()), direction_verdict(d)))
-    if len(taus) > 1:
-        lo = [r for r in randbit_rows if r["tau"] == taus[0] and r["k"] > 0]
-        hi = [r for r in randbit_rows if r["tau"] == taus[-1] and r["k"] > 0]
-        mean = lambda rows: sum(r["digit_top1_shared"] for r in rows) / len(rows)
-        out.append(Finding(4, "A smaller τ mitigates the suppression slightly (Appendix B.1).",
-                           f"mean accuracy (one shared code) over k > 0: {mean(lo):.3f} at τ={taus[0]:g} vs {mean(hi):.3f} at τ={taus[-1]:g}",
-                           direction_verdict([_mean_direction(lo, hi, "digit_top1_shared")])))
-    else:
-        out.append(Finding(4, "A smaller τ mitigates the suppression slightly (Appendix B.1).", "this grid ran one τ", direction_verdict([])))
-    d4, d5, m4, m5 = [], [], [], []
-    for tau in sorted({r["tau"] for r in multidigits_rows}):
-        mine = _by(multidigits_rows, "scale", tau)
-        if len(mine) < 2 or mine[0]["scale"] != 1.0: continue
-        a, b = mine[0], mine[-1]
-        n = a["n_test"]
-        d4 += [accuracy_direction(a["small_top1"], b["small_top1"], n, n),
-               1 if accuracy_direction(b["big_top1"], a["big_top1"], n, n) >= 0 else -1]
-        m4.append(f"τ={tau:g}: small {a['small_top1']:.3f} → {b['small_top1']:.3f}, big {a['big_top1']:.3f} → "
-                  f"{b['big_top1']:.3f} from scale 1 to {b['scale']:g}")
-        d5 += [accuracy_direction(a["small_alone_top1"], a["random_init_small_alone_top1"], n, n),
-               -1 if accuracy_direction(b["small_alone_top1"], b["random_init_small_alone_top1"], n, n) > 0 else 1]
-        m5.append(f"τ={tau:g}: small digit alone, trained vs random-init: {a['small_alone_top1']:.3f} vs "
-                  f"{a['random_init_small_alone_top1']:.3f} at scale 1, {b['small_alone_top1']:.3f} vs "
-                  f"{b['random_init_small_alone_top1']:.3f} at scale {b['scale']:g}")
-    out.append(Finding(5, "A dominant digit suppresses the small one: the small digit's accuracy falls as the big one grows, "
-                          "the big one's does not (Section 4.3).", "; ".join(m4) or "needs scale 1 and a larger scale", direction_verdict(d4)))
-    out.append(Finding(6, "The small digit's representation degenerates to random-network performance (Section 4.3).",
-                       "; ".join(m5) or "needs scale 1 and a larger scale", direction_verdict(d5)))
+    "[CLL20]'s feature-suppression claims (`SUPPRESSION_FINDINGS`), each with what the rows measured, its rule and a verdict by it."
+    grid, out = SuppressionGrid(randbit_rows, multidigits_rows), []
+    for n in sorted(SUPPRESSION_FINDINGS):
+        spec = SUPPRESSION_FINDINGS[n]
+        j = spec.judge(grid, **spec.params)
+        out.append(Finding(n, spec.claim, j.measured, j.parts[0].verdict, spec.rule))
     return out
+
 
 # %% ../nbs/12_feature_suppression.ipynb #b5d70f31
 def zero_bit_confound(rows: list[dict]) -> list[dict]:
