@@ -27,14 +27,14 @@ __all__ = ['LinearEvalConfig', 'linear_probe', 'probe_augment_params', 'augmente
 @dataclass
 class LinearEvalConfig:
     "[WL21]'s linear-evaluation protocol, scaled to any epoch count; `normalize` and `augment` choose between the course's probe and the paper's code."
-    epochs: int = 100
-    lr: float = 30.0
-    momentum: float = 0.9
-    weight_decay: float = 0.0
+    epochs: int = 100                # epochs of the linear classifier ([WL21]: 100)
+    lr: float = 30.0                 # SGD learning rate ([WL21]: 30)
+    momentum: float = 0.9            # SGD momentum
+    weight_decay: float = 0.0        # SGD weight decay
     lr_drops: tuple[float, ...] = (0.4, 0.6, 0.8)  # fractions of the epochs after which lr is multiplied by `drop_factor`
-    drop_factor: float = 0.2
-    batch_size: int = 256
-    seed: int = 0
+    drop_factor: float = 0.2         # what lr is multiplied by at each drop ([WL21]: 0.2)
+    batch_size: int = 256            # images per step
+    seed: int = 0                    # random seed of the classifier's initialisation and the order of its batches
     normalize: bool = True   # L2-normalise the features (the course); False: the raw pooled features ([WL21]'s code)
     augment: bool = False    # augment the training images anew every epoch and re-embed them ([WL21]'s code); False: cached features
 
