@@ -46,7 +46,7 @@ from ctl_explore.checks import value_checks
 from ctl_explore.data import TwoViewAugment
 from ctl_explore.gpu import device_summary
 from ctl_explore.memory_bank import MemoryBank
-from ctl_explore.train import (PretrainConfig, _distributed, _init_distributed, _set_lr, build_model, distributed_net, negatives_seen,
+from ctl_explore.train import (PretrainConfig, _distributed, _init_distributed, _set_lr, build_model, distributed_net, negatives_seen, TrainState,
                                resolve_device, training_step, view_draws)
 
 RESULTS = Path(__file__).parent / "results"
@@ -126,12 +126,13 @@ def time_case(images: torch.Tensor, batch: int, negatives: str, compile: str, st
     order = torch.randperm(len(images), generator=generator, device=device)
     per_pass, local, views = len(images) // batch, batch // world, 1 if negatives == "bank" else 2
     part = slice(rank * local, (rank + 1) * local)
+    state = TrainState(config, model, optimizer, bank, generator, params, net=net)  # what pretrain's steps are given
 
     def one(k: int) -> None:
         idx = order[(k % per_pass) * batch:(k % per_pass + 1) * batch]
         x = images[idx]
         aug, draws = view_draws(augment, x, generator, views)
-        training_step_used(net, optimizer, bank, x, idx, aug, draws, config, params, generator, part)
+        training_step_used(state, x, idx, aug, draws, part)
 
     training_step_used = step if compile == "step" else training_step  # looked up now: a test may wrap the module's name
 

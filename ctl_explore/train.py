@@ -53,12 +53,12 @@ __all__ = ['NEGATIVES', 'PRECISIONS', 'PRECISION_CHOICES', 'PRETRAIN_LOSSES', 'M
            'MAX_WEIGHT_DECAY', 'SEED_BOUND', 'COMPILE_MODES', 'EXECUTION_KEYS', 'METRIC_KEYS', 'TIMING_KEYS',
            'LOG_EVERY', 'MAX_THREADS', 'PretrainConfig', 'default_lam', 'negatives_seen', 'lr_at', 'resolve_precision',
            'run_identity', 'load_checkpoint', 'check_run_folder', 'embed', 'evaluates_at', 'monitor_rows', 'evaluate',
-           'TrainingDivergedError', 'TrainingInterrupted', 'threads_for', 'build_model', 'view_draws', 'training_step',
-           'pretrain', 'CHECKPOINT_FORMAT', 'STATE_KEYS', 'LOCK_NAME', 'RUN_MARKER', 'PRETRAIN_FILES', 'DERIVED_FILES',
-           'STALE_ON_TRAINING', 'RUN_FOLDER_FILES', 'CheckpointError', 'RunFolderError', 'RunBusyError', 'write_atomic',
-           'write_json_atomic', 'save_checkpoint', 'run_lock', 'mark_run_folder', 'remove_stale_measurements',
-           'DIST_TIMEOUT_ENV', 'DIST_TIMEOUT_S', 'ProcessGroupError', 'dist_timeout', 'GlobalBatchNorm',
-           'global_batchnorm', 'distributed_net', 'resolve_device']
+           'TrainingDivergedError', 'TrainingInterrupted', 'threads_for', 'build_model', 'TrainState', 'view_draws',
+           'training_step', 'new_state', 'pretrain', 'CHECKPOINT_FORMAT', 'STATE_KEYS', 'LOCK_NAME', 'RUN_MARKER',
+           'PRETRAIN_FILES', 'DERIVED_FILES', 'STALE_ON_TRAINING', 'RUN_FOLDER_FILES', 'CheckpointError',
+           'RunFolderError', 'RunBusyError', 'write_atomic', 'write_json_atomic', 'save_checkpoint', 'run_lock',
+           'mark_run_folder', 'remove_stale_measurements', 'DIST_TIMEOUT_ENV', 'DIST_TIMEOUT_S', 'ProcessGroupError',
+           'dist_timeout', 'GlobalBatchNorm', 'global_batchnorm', 'distributed_net', 'resolve_device']
 
 # %% ../nbs/07_pretrain.ipynb #6dbc4a4b
 NEGATIVES = ("bank", "batch")
@@ -353,6 +353,33 @@ def _diverged(config: PretrainConfig, epoch: int, lr: float, what: str) -> Train
 
 def _weights_finite(model: Encoder) -> bool:
     return bool(torch.stack([p.detach().isfinite().all() for p in model.parameters()]).all())
+
+# %% ../nbs/07_pretrain.ipynb #7353182b
+@dataclass(eq=False)
+class TrainState:
+    "What a run carries from step to step and from epoch to epoch: what its checkpoint saves, and what its steps use."
+    config: PretrainConfig
+    model: Encoder                           # the encoder whose weights are saved
+    optimizer: torch.optim.Optimizer
+    bank: MemoryBank | None                  # the memory bank: saved with every run, used by the steps when negatives="bank"
+    generator: torch.Generator               # shuffles, augments, and draws SWD's projections (the feature losses)
+    loss_params: dict                        # config.loss_params(...), λ resolved
+    augment: TwoViewAugment | None = None    # the views' recipe (the epoch needs it; a single step is given its draws)
+    net: torch.nn.Module | None = None       # the encoder as trained, wrapped by DDP and torch.compile where used; default: model
+    step: Callable | None = None             # the step function, e.g. torch.compile(training_step); default: training_step
+    history: list[dict] = dataclasses.field(default_factory=list)  # the records of the finished epochs
+    epoch: int = 0                           # how many epochs are finished
+    wall_before: float = 0.0                 # the wall time of the run's earlier sessions
+    reseeded: str | None = None              # 'cpu → cuda' when a resume re-seeded the generator, until an epoch records it
+
+    def __post_init__(self):
+        if self.net is None: self.net = self.model
+
+    def checkpoint(self, wall_time_s: float) -> dict:
+        "What `save_checkpoint` writes after an epoch: `STATE_KEYS` and the run's wall time."
+        return dict(config=self.config.to_dict(), epoch=self.epoch, model=self.model.state_dict(), optimizer=self.optimizer.state_dict(),
+                    bank=self.bank.state_dict(), generator=self.generator.get_state(), history=self.history, wall_time_s=wall_time_s)
+
 def view_draws(augment: TwoViewAugment, images: Tensor | FullImages, generator: torch.Generator, views: int
                ) -> tuple[AugmentParams, list[ViewDraws]]:
     "The recipe and the random numbers of `views` augmented views of the whole global batch `images`, drawn in the order `TwoViewAugment` draws them."
@@ -364,62 +391,59 @@ def view_draws(augment: TwoViewAugment, images: Tensor | FullImages, generator: 
     return params, [sample_view(params, len(images), height, width, generator) for _ in range(views)]
 
 def training_step(
-    net: torch.nn.Module,                # the encoder as trained: wrapped by DDP and torch.compile where they are used
-    optimizer: torch.optim.Optimizer,
-    bank: MemoryBank | None,             # the memory bank (negatives="bank"), None for the batch's negatives
+    state: TrainState,                   # the run: its net, optimizer, bank, configuration, loss_params and generator
     images: Tensor | FullImages,         # the global batch, uint8 [B, C, H, W] on the device
     idx: Tensor,                         # [B] its rows of the training set (the bank's rows), on the device
     params: AugmentParams,               # the augmentation recipe ...
     draws: list[ViewDraws],              # ... and the random numbers of each view of the global batch (`view_draws`)
-    config: PretrainConfig,
-    loss_params: dict,                   # config.loss_params(...), λ resolved
-    generator: torch.Generator | None = None, # SWD's random projections (the feature losses)
     part: slice = slice(None),           # this process's rows of the global batch
 ) -> Tensor:
     "One SGD step: augment this process's `part` of the batch, embed, loss, backward, update (and the bank); the loss, detached, left on the device."
+    config, loss_params = state.config, state.loss_params
+    bank = state.bank if config.negatives == "bank" else None
     x = [augment_view(images[part], params, d[part]) for d in draws]
     n = len(x[0])
     # low precision for the network only: the augmentation and the loss compute in float32
     with torch.autocast(device_type=idx.device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16"):
-        z = net(x[0] if len(x) == 1 else torch.cat(x)).float()
+        z = state.net(x[0] if len(x) == 1 else torch.cat(x)).float()
     try:
         if bank is not None: loss = bank.loss(z, idx[part], config.loss, **loss_params)
         elif config.loss in FEATURE_LOSS_PARAMS:  # SWD's random projections come from the run's generator: resumable
-            loss = apply_feature_loss(config.loss, z[:n], z[n:], generator, **loss_params)
+            loss = apply_feature_loss(config.loss, z[:n], z[n:], state.generator, **loss_params)
         else: loss = batch_loss(z[:n], z[n:], config.loss, **loss_params)
     except ValueError:  # with the value checks on, the losses refuse non-finite inputs: NaN embeddings come from NaN weights
         if bool(z.isfinite().all()): raise
         raise FloatingPointError("the embeddings became NaN or infinite") from None
-    optimizer.zero_grad(set_to_none=True)
+    state.optimizer.zero_grad(set_to_none=True)
     loss.backward()
-    optimizer.step()
+    state.optimizer.step()
     if bank is not None: bank.update(idx, _gather(z.detach()))  # every process writes the whole global batch's rows
     return loss.detach()
 
 LOG_EVERY = 25  # steps between two updates of the progress bar's running loss, the loop's only host read
 
-def _train_epoch(step: Callable, net: torch.nn.Module, optimizer: torch.optim.Optimizer, bank: MemoryBank | None,
-                 train: ImageData, augment: TwoViewAugment, config: PretrainConfig, loss_params: dict,
-                 generator: torch.Generator, bar: tqdm, log_every: int = LOG_EVERY) -> Tensor:
+def _train_epoch(state: TrainState, train: ImageData, bar: tqdm, log_every: int = LOG_EVERY) -> Tensor:
     "The steps of one epoch; the sum of their losses, on the device. Nothing is read on the host except the bar's loss every `log_every` steps."
     rank, world = _distributed()
+    config, step = state.config, state.step or training_step
     local = config.batch_size // world
     part = slice(rank * local, (rank + 1) * local)
     views = 1 if config.negatives == "bank" else 2
     # a permutation: every index in range and none repeated, by construction, so the steps skip the value checks
-    order = torch.randperm(len(train), generator=generator, device=generator.device)
+    order = torch.randperm(len(train), generator=state.generator, device=state.generator.device)
     total, start = torch.zeros((), device=order.device), time.perf_counter()
     with value_checks(False):
         for k in bar:
             idx = order[k * config.batch_size:(k + 1) * config.batch_size]
             images = train.images[idx]
-            params, draws = view_draws(augment, images, generator, views)  # the whole global batch's numbers, on every process
-            total += step(net, optimizer, bank, images, idx, params, draws, config, loss_params, generator, part)
+            params, draws = view_draws(state.augment, images, state.generator, views)  # the whole global batch's numbers, on every process
+            total += step(state, images, idx, params, draws, part)
             if not bar.disable and (k + 1) % log_every == 0:
                 bar.set_postfix(loss=f"{total.item() / (k + 1):.3f}",
                                 img_s=f"{(k + 1) * config.batch_size / (time.perf_counter() - start):.0f}")
     return total
 
+# %% ../nbs/07_pretrain.ipynb #95635535
 _GENERATOR_KINDS = {5056: "cpu", 16: "cuda"}  # the size in bytes of a generator's state, by device type
 
 def _restore_generator(generator: torch.Generator, saved: Tensor, seed: int, epoch: int) -> str | None:
@@ -431,6 +455,126 @@ def _restore_generator(generator: torch.Generator, saved: Tensor, seed: int, epo
     generator.manual_seed(seed * 1_000_003 + epoch)  # deterministic: a second resume of the same checkpoint draws the same numbers
     return f"{was} → {generator.device.type}"
 
+MAX_THREADS = 4096  # torch.set_num_threads takes a C int; no machine has more cores than this
+
+def _set_lr(optimizer: torch.optim.Optimizer, lr: float, as_tensor: bool = False) -> None:
+    """Give every parameter group the learning rate `lr`: a float, or with `as_tensor` (compile="step") a 0-d tensor
+    changed in place, so that the compiled step sees the same tensor at every change instead of recompiling for a new constant."""
+    for group in optimizer.param_groups:
+        if not as_tensor: group["lr"] = lr
+        elif isinstance(group["lr"], Tensor) and group["lr"].device == group["params"][0].device: group["lr"].fill_(lr)
+        else: group["lr"] = torch.tensor(lr, dtype=torch.float32, device=group["params"][0].device)
+
+def _take_folder(out_dir: Path, held: contextlib.ExitStack, rank: int, world: int, device: torch.device) -> None:
+    "Process 0 takes the folder's lock and checks it again under the lock; every process learns whether that worked."
+    error = None
+    if rank == 0:
+        try:
+            held.enter_context(run_lock(out_dir))
+            check_run_folder(out_dir)
+        except Exception as e: error = e
+    if world > 1:
+        ok = torch.tensor(0 if error else 1, device=device)
+        dist.broadcast(ok, src=0)
+        if not ok.item() and rank > 0: raise RunFolderError(f"process 0 could not take the run folder {out_dir}: see its error")
+    if error is not None: raise error
+
+def _check_world(config: PretrainConfig, world: int) -> None:
+    "What several processes cannot run, refused before anything is loaded."
+    if config.batch_size % world: raise ValueError(f"batch_size {config.batch_size} must be divisible by the {world} processes")
+    if world > 1 and config.negatives == "batch":
+        raise ValueError("negatives='batch' runs in one process only; use negatives='bank' with several processes")
+    if world > 1 and config.compile:
+        raise ValueError(f"compile={config.compile!r} is not supported under torchrun: torch.compile of the DDP-wrapped encoder "
+                         "and of the step with its collectives is untested here; use compile=False (--compile is off by default) "
+                         "with several processes")
+
+def new_state(config: PretrainConfig, train: ImageData, device: torch.device) -> TrainState:
+    "A run at epoch 0: the encoder (checked on two images), SGD, the memory bank and the generator, all seeded from `config.seed`."
+    augment = TwoViewAugment(config.dataset, size=config.image_size)
+    model = build_model(config, train.images.shape[1], device)
+    _check_encoder_takes(model, train, augment, config)
+    optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
+    bank = MemoryBank(len(train), config.out_dim, config.bank_momentum, generator=torch.Generator().manual_seed(config.seed + 1),
+                      dtype=torch.bfloat16 if config.bank_precision == "bf16" else torch.float32).to(device)
+    generator = torch.Generator(device=device).manual_seed(config.seed)
+    params = config.loss_params(negatives_seen(config, len(train)))  # λ = 1/K (Eq 7) for the Simple losses unless given
+    return TrainState(config, model, optimizer, bank, generator, params, augment)
+
+def _resume(state: TrainState, ckpt_path: Path, restart: bool, device: torch.device) -> None:
+    "Resolve precision 'auto' (once, when the run starts) and load the checkpoint into `state` unless starting over."
+    config = state.config
+    if config.precision == "auto" and (restart or not ckpt_path.exists()):  # resolved once, recorded in config.json and the checkpoint
+        config = dataclasses.replace(config, precision=resolve_precision(config, device))
+    if ckpt_path.exists() and not restart:
+        saved = load_checkpoint(ckpt_path, config)
+        if config.precision == "auto": config = dataclasses.replace(config, precision=saved["config"]["precision"])  # as the run resolved it
+        try:
+            state.model.load_state_dict(saved["model"]); state.optimizer.load_state_dict(saved["optimizer"])
+            state.bank.load_state_dict(saved["bank"])  # each tensor copied onto this run's device: a checkpoint resumes on any device
+        except (RuntimeError, ValueError, KeyError, TypeError) as e:
+            raise CheckpointError(f"{ckpt_path} does not fit this run ({type(e).__name__}: {str(e).strip().splitlines()[0]}). "
+                                  f"{_START_OVER}") from None
+        state.history, state.epoch = saved["history"], saved["epoch"]
+        state.reseeded = _restore_generator(state.generator, saved["generator"], config.seed, state.epoch)
+        # checkpoints written before the field existed: their epochs' training time is what is known
+        state.wall_before = saved.get("wall_time_s", sum(h.get("epoch_time_s", 0.0) for h in state.history))
+    state.config = config
+
+def _start_files(state: TrainState, out_dir: Path, stop: int) -> None:
+    "Process 0 marks the folder as a run's, removes measurements of other weights, and writes config.json and the records so far."
+    mark_run_folder(out_dir)  # checked under the lock: the folder is new, empty or pretrain's own
+    # the measurements of the weights in the folder no longer describe them once training goes on; from scratch, none do
+    if state.epoch == 0: remove_stale_measurements(out_dir, DERIVED_FILES)
+    elif state.epoch < stop: remove_stale_measurements(out_dir)
+    write_json_atomic(out_dir / "config.json", state.config.to_dict())
+    # the checkpoint's history is the truth: a line appended after the last checkpoint is dropped here
+    lines = "".join(json.dumps(h) + "\n" for h in state.history)
+    write_atomic(out_dir / "metrics.jsonl", lambda f: f.write(lines.encode()))
+
+def _prepare_step(state: TrainState, device: torch.device) -> None:
+    "The network as it trains and the step function: batch norm over the global batch and DDP with several processes (appendix 19), torch.compile if asked."
+    state.net = distributed_net(state.model, device)
+    if state.config.compile is True: state.net = torch.compile(state.net)
+    state.step = torch.compile(training_step) if state.config.compile == "step" else training_step
+
+def _train_one_epoch(state: TrainState, train: ImageData, test: ImageData, steps: int, quiet: bool) -> dict:
+    "Train epoch `state.epoch` (0-based), check that it stayed finite, and measure it when due; its record, without the wall time."
+    config, epoch, (rank, world) = state.config, state.epoch, _distributed()
+    lr = lr_at(config, epoch)
+    _set_lr(state.optimizer, lr, as_tensor=config.compile == "step")
+    state.model.train()
+    bar = tqdm(range(steps), desc=f"epoch {epoch + 1}/{config.epochs}", disable=quiet or rank > 0, leave=False)
+    start = time.perf_counter()
+    try: total = _train_epoch(state, train, bar)
+    except FloatingPointError as e: raise _diverged(config, epoch, lr, str(e)) from None
+    seconds = time.perf_counter() - start
+    if world > 1: dist.all_reduce(total); total /= world
+    mean_loss = total.item() / steps  # one check per epoch: a NaN or infinity in any step shows in the sum
+    if not math.isfinite(mean_loss): raise _diverged(config, epoch, lr, f"the loss is {mean_loss}")
+    if not _weights_finite(state.model): raise _diverged(config, epoch, lr, "the weights became NaN or infinite")
+    record = dict(epoch=epoch + 1, loss=mean_loss, lr=lr)
+    if state.reseeded:  # the run's history says where its random stream changed
+        record["generator_reseeded"], state.reseeded = state.reseeded, None
+    # the monitor runs in process 0 only; the others wait at the end of the epoch
+    if evaluates_at(config, epoch) and rank == 0: record.update(evaluate(state.model, train, test, state.augment, config, epoch))
+    record.update(images_per_s=steps * config.batch_size / seconds, epoch_time_s=seconds)
+    return record
+
+def _save_epoch(state: TrainState, out_dir: Path, quiet: bool) -> None:
+    "After an epoch: the checkpoint, the epoch's line of metrics.jsonl, and the printed line."
+    record = state.history[-1]
+    save_checkpoint(out_dir / "checkpoint.pt", state.checkpoint(record["wall_time_s"]))
+    fd = os.open(out_dir / "metrics.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "a") as f: f.write(json.dumps(record) + "\n")
+    if not quiet: print(_epoch_line(record, state.config))
+
+def _epoch_line(record: dict, config: PretrainConfig) -> str:
+    "The line printed after an epoch; the measurements only on the epochs that have them."
+    line = f"epoch {record['epoch']:>3}/{config.epochs}  loss {record['loss']:.4f}  lr {record['lr']:.3g}"
+    if "uniformity" in record:
+        line += f"  uniformity {record['uniformity']:.3f}  tolerance {record['tolerance']:.3f}  kNN {record['knn_accuracy']:.3f}"
+    return line + f"  {record['images_per_s']:.0f} img/s"
 
 # %% ../nbs/07_pretrain.ipynb #b8605635
 def _peer_failure(e: BaseException, rank: int, world: int) -> ProcessGroupError | None:
@@ -481,130 +625,31 @@ def pretrain(
         torch.backends.cudnn.benchmark = benchmark
         torch.set_num_threads(previous_threads)
 
-MAX_THREADS = 4096  # torch.set_num_threads takes a C int; no machine has more cores than this
-
-def _set_lr(optimizer: torch.optim.Optimizer, lr: float, as_tensor: bool = False) -> None:
-    """Give every parameter group the learning rate `lr`: a float, or with `as_tensor` (compile="step") a 0-d tensor
-    changed in place, so that the compiled step sees the same tensor at every change instead of recompiling for a new constant."""
-    for group in optimizer.param_groups:
-        if not as_tensor: group["lr"] = lr
-        elif isinstance(group["lr"], Tensor) and group["lr"].device == group["params"][0].device: group["lr"].fill_(lr)
-        else: group["lr"] = torch.tensor(lr, dtype=torch.float32, device=group["params"][0].device)
-
-def _take_folder(out_dir: Path, held: contextlib.ExitStack, rank: int, world: int, device: torch.device) -> None:
-    "Process 0 takes the folder's lock and checks it again under the lock; every process learns whether that worked."
-    error = None
-    if rank == 0:
-        try:
-            held.enter_context(run_lock(out_dir))
-            check_run_folder(out_dir)
-        except Exception as e: error = e
-    if world > 1:
-        ok = torch.tensor(0 if error else 1, device=device)
-        dist.broadcast(ok, src=0)
-        if not ok.item() and rank > 0: raise RunFolderError(f"process 0 could not take the run folder {out_dir}: see its error")
-    if error is not None: raise error
-
 def _pretrain(config: PretrainConfig, out_dir: Path, quiet: bool, restart: bool, device: torch.device, stop: int,
               start_time: float, held: contextlib.ExitStack) -> dict:
     rank, world = _distributed()
-    if config.batch_size % world: raise ValueError(f"batch_size {config.batch_size} must be divisible by the {world} processes")
-    if world > 1 and config.negatives == "batch":
-        raise ValueError("negatives='batch' runs in one process only; use negatives='bank' with several processes")
-    if world > 1 and config.compile:
-        raise ValueError(f"compile={config.compile!r} is not supported under torchrun: torch.compile of the DDP-wrapped encoder "
-                         "and of the step with its collectives is untested here; use compile=False (--compile is off by default) "
-                         "with several processes")
-    ckpt_path, metrics_path = out_dir / "checkpoint.pt", out_dir / "metrics.jsonl"
+    _check_world(config, world)
     # nothing is written before everything checkable has been checked; a folder that exists is locked at once
     if rank == 0: check_run_folder(out_dir)
     locked = world == 1 and out_dir.is_dir()
     if locked: _take_folder(out_dir, held, rank, world, device)
-
     train, test = _load_data(config, device, quiet)
     if len(train) < config.batch_size: raise ValueError(f"batch_size {config.batch_size} is larger than the {len(train)} training images")
-    augment = TwoViewAugment(config.dataset, size=config.image_size)
-    model = build_model(config, train.images.shape[1], device)
-    _check_encoder_takes(model, train, augment, config)
-    optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
-    bank = MemoryBank(len(train), config.out_dim, config.bank_momentum, generator=torch.Generator().manual_seed(config.seed + 1),
-                      dtype=torch.bfloat16 if config.bank_precision == "bf16" else torch.float32).to(device)
-    generator = torch.Generator(device=device).manual_seed(config.seed)
-    history, start_epoch, wall_before, reseeded = [], 0, 0.0, None  # wall_before: the wall time of the run's earlier sessions
-
+    state = new_state(config, train, device)
     if not locked: _take_folder(out_dir, held, rank, world, device)
-    if config.precision == "auto" and (restart or not ckpt_path.exists()):  # resolved once, recorded in config.json and the checkpoint
-        config = dataclasses.replace(config, precision=resolve_precision(config, device))
-    if ckpt_path.exists() and not restart:
-        state = load_checkpoint(ckpt_path, config)
-        if config.precision == "auto": config = dataclasses.replace(config, precision=state["config"]["precision"])  # as the run resolved it
-        try:
-            model.load_state_dict(state["model"]); optimizer.load_state_dict(state["optimizer"])
-            bank.load_state_dict(state["bank"])  # each tensor copied onto this run's device: a checkpoint resumes on any device
-        except (RuntimeError, ValueError, KeyError, TypeError) as e:
-            raise CheckpointError(f"{ckpt_path} does not fit this run ({type(e).__name__}: {str(e).strip().splitlines()[0]}). "
-                                  f"{_START_OVER}") from None
-        history, start_epoch = state["history"], state["epoch"]
-        reseeded = _restore_generator(generator, state["generator"], config.seed, start_epoch)
-        # checkpoints written before the field existed: their epochs' training time is what is known
-        wall_before = state.get("wall_time_s", sum(h.get("epoch_time_s", 0.0) for h in history))
-    if rank == 0:
-        mark_run_folder(out_dir)  # checked above under the lock: the folder is new, empty or pretrain's own
-        # the measurements of the weights in the folder no longer describe them once training goes on; from scratch, none do
-        if start_epoch == 0: remove_stale_measurements(out_dir, DERIVED_FILES)
-        elif start_epoch < stop: remove_stale_measurements(out_dir)
-        write_json_atomic(out_dir / "config.json", config.to_dict())
-        # the checkpoint's history is the truth: a line appended after the last checkpoint is dropped here
-        lines = "".join(json.dumps(h) + "\n" for h in history)
-        write_atomic(metrics_path, lambda f: f.write(lines.encode()))
-
-    # several processes: batch norm's statistics over the global batch, as one process computes them (GlobalBatchNorm: one
-    # all-reduce per layer and no host read; nothing to convert with norm="group"), the gradients averaged by DDP
-    net = distributed_net(model, device)
-    if config.compile is True: net = torch.compile(net)
-    step = torch.compile(training_step) if config.compile == "step" else training_step
-    params = config.loss_params(negatives_seen(config, len(train)))  # λ = 1/K (Eq 7) for the Simple losses unless given
+    _resume(state, out_dir / "checkpoint.pt", restart, device)
+    if rank == 0: _start_files(state, out_dir, stop)
+    _prepare_step(state, device)
     steps = len(train) // config.batch_size
-
     try:
-        for epoch in range(start_epoch, stop):
-            lr = lr_at(config, epoch)
-            _set_lr(optimizer, lr, as_tensor=config.compile == "step")
-            model.train()
-            bar = tqdm(range(steps), desc=f"epoch {epoch + 1}/{config.epochs}", disable=quiet or rank > 0, leave=False)
-            start = time.perf_counter()
-            try: total = _train_epoch(step, net, optimizer, bank if config.negatives == "bank" else None, train, augment,
-                                      config, params, generator, bar)
-            except FloatingPointError as e: raise _diverged(config, epoch, lr, str(e)) from None
-            seconds = time.perf_counter() - start
-            if world > 1: dist.all_reduce(total); total /= world
-            mean_loss = total.item() / steps  # one check per epoch: a NaN or infinity in any step shows in the sum
-            if not math.isfinite(mean_loss): raise _diverged(config, epoch, lr, f"the loss is {mean_loss}")
-            if not _weights_finite(model): raise _diverged(config, epoch, lr, "the weights became NaN or infinite")
-            record = dict(epoch=epoch + 1, loss=mean_loss, lr=lr)
-            if reseeded:  # the run's history says where its random stream changed
-                record["generator_reseeded"], reseeded = reseeded, None
-            # the monitor runs in process 0 only; the others wait at the barrier below
-            if evaluates_at(config, epoch) and rank == 0: record.update(evaluate(model, train, test, augment, config, epoch))
+        while state.epoch < stop:
+            record = _train_one_epoch(state, train, test, steps, quiet)
             # the run's wall time so far: setup, training, measuring and the earlier checkpoints, over every session
-            wall = wall_before + time.perf_counter() - start_time
-            record.update(images_per_s=steps * config.batch_size / seconds, epoch_time_s=seconds, wall_time_s=wall)
-            history.append(record)
-            if rank == 0:
-                save_checkpoint(ckpt_path, dict(config=config.to_dict(), epoch=epoch + 1, model=model.state_dict(),
-                                                optimizer=optimizer.state_dict(), bank=bank.state_dict(),
-                                                generator=generator.get_state(), history=history, wall_time_s=wall))
-                fd = os.open(metrics_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-                with os.fdopen(fd, "a") as f: f.write(json.dumps(record) + "\n")
-                if not quiet: print(_epoch_line(record, config))
-            if world > 1: dist.barrier()
+            record["wall_time_s"] = state.wall_before + time.perf_counter() - start_time
+            state.history.append(record)
+            state.epoch += 1
+            if rank == 0: _save_epoch(state, out_dir, quiet)
+            if world > 1: dist.barrier()  # the others wait while process 0 measures and saves
     except KeyboardInterrupt:
-        raise TrainingInterrupted(len(history) + 1, config.epochs, out_dir) from None
-    return history[-1] if history else {}
-
-def _epoch_line(record: dict, config: PretrainConfig) -> str:
-    "The line printed after an epoch; the measurements only on the epochs that have them."
-    line = f"epoch {record['epoch']:>3}/{config.epochs}  loss {record['loss']:.4f}  lr {record['lr']:.3g}"
-    if "uniformity" in record:
-        line += f"  uniformity {record['uniformity']:.3f}  tolerance {record['tolerance']:.3f}  kNN {record['knn_accuracy']:.3f}"
-    return line + f"  {record['images_per_s']:.0f} img/s"
+        raise TrainingInterrupted(len(state.history) + 1, state.config.epochs, out_dir) from None
+    return state.history[-1] if state.history else {}

@@ -19,7 +19,7 @@ from ctl_explore.data import TwoViewAugment, augment_view, load_dataset
 from ctl_explore.memory_bank import MemoryBank
 from ctl_explore.train import (TIMING_KEYS, CheckpointError, PretrainConfig, build_model, load_checkpoint, monitor_rows,
                                negatives_seen, pretrain, resolve_device, run_identity, save_checkpoint, training_step,
-                               view_draws)
+                               view_draws, TrainState)
 
 TINY = dict(width=4, out_dim=16, knn_k=20, batch_size=16)
 
@@ -149,7 +149,7 @@ def test_a_training_step_reads_nothing_on_the_host(negatives, loss):
             idx = order[k * config.batch_size:(k + 1) * config.batch_size]
             images = data.images[idx]
             aug, draws = view_draws(augment, images, g, 1 if negatives == "bank" else 2)
-            losses.append(training_step(model, optimizer, bank, images, idx, aug, draws, config, params, g))
+            losses.append(training_step(TrainState(config, model, optimizer, bank, g, params), images, idx, aug, draws))
         assert syncs.total == 0, (k, syncs)
     assert all(l.ndim == 0 and not l.requires_grad for l in losses)
     assert all(math.isfinite(l.item()) for l in losses)  # read here, after the steps
@@ -163,15 +163,15 @@ def test_the_epoch_reads_the_loss_only_at_its_logging_points():
     for log_every, shown in ((2, 3), (100, 0)):
         bar = tqdm(range(steps), disable=False, leave=False)
         with count_host_syncs() as syncs:
-            total = train_mod._train_epoch(training_step, model, optimizer, bank, data, TwoViewAugment("digits"), config,
-                                           params, torch.Generator().manual_seed(0), bar, log_every=log_every)
+            state = TrainState(config, model, optimizer, bank, torch.Generator().manual_seed(0), params, TwoViewAugment("digits"))
+            total = train_mod._train_epoch(state, data, bar, log_every=log_every)
         bar.close()
         assert syncs.total == shown and set(syncs.ops) <= {"aten._local_scalar_dense"}, (log_every, syncs)  # steps 2, 4, 6
         assert math.isfinite(total.item())
     quiet = tqdm(range(steps), disable=True)
     with count_host_syncs() as syncs:
-        train_mod._train_epoch(training_step, model, optimizer, bank, data, TwoViewAugment("digits"), config, params,
-                               torch.Generator().manual_seed(0), quiet, log_every=1)
+        state = TrainState(config, model, optimizer, bank, torch.Generator().manual_seed(0), params, TwoViewAugment("digits"))
+        train_mod._train_epoch(state, data, quiet, log_every=1)
     assert syncs.total == 0, syncs
 
 
@@ -258,7 +258,7 @@ def test_the_compiled_step_computes_the_eager_steps():
             for k in range(3):
                 idx = torch.arange(k * config.batch_size, (k + 1) * config.batch_size)
                 aug, draws = view_draws(augment, data.images[idx], g, 1)
-                losses[name].append(step(model, optimizer, bank, data.images[idx], idx, aug, draws, config, params, g))
+                losses[name].append(step(TrainState(config, model, optimizer, bank, g, params), data.images[idx], idx, aug, draws))
         losses[name] = torch.stack(losses[name])
         if name == "step": torch._dynamo.reset()
     # the same three steps (each one's loss depends on the previous updates), up to the rounding of fused kernels

@@ -17,7 +17,8 @@ from ctl_explore import train as train_module
 from ctl_explore.checks import value_checks
 from ctl_explore.data import TwoViewAugment, load_dataset
 from ctl_explore.memory_bank import MemoryBank
-from ctl_explore.train import PretrainConfig, _set_lr, build_model, load_checkpoint, negatives_seen, pretrain, training_step, view_draws
+from ctl_explore.train import (PretrainConfig, TrainState, _set_lr, build_model, load_checkpoint, negatives_seen, pretrain, training_step,
+                               view_draws)
 
 TINY = dict(width=4, out_dim=16, knn_k=20, batch_size=64, device="cpu")
 
@@ -42,12 +43,13 @@ def _steps(lrs: list[float], as_tensor: bool, compiled: bool) -> tuple[list[int]
     counter = GraphCounter()
     step = torch.compile(training_step, backend=counter) if compiled else training_step
     augment, g, seen = TwoViewAugment("digits"), torch.Generator().manual_seed(0), []
+    state = TrainState(config, model, optimizer, bank, g, params)
     with value_checks(False):
         for k, lr in enumerate(lrs):
             _set_lr(optimizer, lr, as_tensor)
             idx = torch.arange(k * 32, (k + 1) * 32)
             aug, draws = view_draws(augment, data.images[idx], g, 1)
-            step(model, optimizer, bank, data.images[idx], idx, aug, draws, config, params, g)
+            step(state, data.images[idx], idx, aug, draws)
             seen.append(counter.graphs)
     torch._dynamo.reset()
     return seen, model

@@ -23,7 +23,7 @@ from ctl_explore.checks import count_host_syncs, value_checks
 from ctl_explore.data import TwoViewAugment
 from ctl_explore.memory_bank import MemoryBank
 from ctl_explore.distributed import DIST_TIMEOUT_ENV, GlobalBatchNorm, ProcessGroupError, distributed_net, global_batchnorm
-from ctl_explore.train import PretrainConfig, build_model, negatives_seen, pretrain, training_step, view_draws
+from ctl_explore.train import PretrainConfig, TrainState, build_model, negatives_seen, pretrain, training_step, view_draws
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 TINY = ["--width", "4", "--out-dim", "16", "--knn-k", "20", "--batch-size", "64", "--quiet", "--device", "cpu"]
@@ -142,7 +142,7 @@ def _sync_worker(rank: int, port: int, out: Path) -> None:
             with value_checks(False), count_host_syncs(trace=True) as syncs:
                 idx = order[k * 8:(k + 1) * 8]
                 aug, draws = view_draws(augment, images[idx], g, 1)
-                losses.append(training_step(net, optimizer, bank, images[idx], idx, aug, draws, config, params, g, part))
+                losses.append(training_step(TrainState(config, model, optimizer, bank, g, params, net=net), images[idx], idx, aug, draws, part))
             counts.append((syncs.total, dict(syncs.ops), syncs.where[:5]))
         with count_host_syncs() as control:  # the counter is live in this process: a boolean mask is seen
             x = torch.randn(5)
