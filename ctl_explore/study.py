@@ -38,16 +38,15 @@ from .train import (EXECUTION_KEYS, CheckpointError, PretrainConfig, RunBusyErro
                     load_checkpoint, lr_at, pretrain, run_identity, run_lock, save_checkpoint, threads_for, write_json_atomic)
 
 # %% auto #0
-__all__ = ['CRITERIA', 'KNN_CRITERIA', 'MIN_WINDOW_POINTS', 'TAU_GRID', 'PRESETS', 'RESULT_FORMAT', 'RESULT_KEYS',
-           'TRAJECTORY_KEYS', 'SIGNIFICANCE', 'BEST_TAUS', 'EQUIVALENCE', 'VERDICTS', 'FINDINGS', 'CLAIMS', 'RULES',
-           'STUDY_TAUS', 'NOISE_SD', 'LOSS_STYLE', 'FIGURE_OF', 'HISTORY', 'effective_rank', 'collapse_diagnostics',
-           'Criteria', 'first_drop', 'window_epochs', 'check_run', 'StudyPreset', 'get_preset', 'study_configs',
-           'run_name', 'neighbour_purity', 'run_embeddings', 'measure_run', 'usable', 'metric_value', 'summarize',
-           'curve', 'Trend', 'trend', 'noise_margin', 'Difference', 'accuracy_gap', 'pooled_variance', 'difference',
-           'direction_verdict', 'combine_verdicts', 'Finding', 'Part', 'Judged', 'FindingRule', 'register_finding',
-           'rule_text', 'Judging', 'TrendClaim', 'findings', 'resample_seeds', 'verdict_stability', 'dependence',
-           'agreeing_means', 'made_up_study', 'null_tables', 'false_alarm_rates', 'study_figures', 'trajectory_figure',
-           'table1', 'report_sections']
+__all__ = ['CRITERIA', 'KNN_CRITERIA', 'MIN_WINDOW_POINTS', 'RESULT_FORMAT', 'RESULT_KEYS', 'TRAJECTORY_KEYS', 'SIGNIFICANCE',
+           'BEST_TAUS', 'EQUIVALENCE', 'VERDICTS', 'FINDINGS', 'CLAIMS', 'RULES', 'STUDY_TAUS', 'NOISE_SD',
+           'LOSS_STYLE', 'FIGURE_OF', 'HISTORY', 'effective_rank', 'collapse_diagnostics', 'Criteria', 'first_drop',
+           'window_epochs', 'check_run', 'neighbour_purity', 'run_embeddings', 'measure_run', 'usable', 'metric_value',
+           'summarize', 'curve', 'Trend', 'trend', 'noise_margin', 'Difference', 'accuracy_gap', 'pooled_variance',
+           'difference', 'direction_verdict', 'combine_verdicts', 'Finding', 'Part', 'Judged', 'FindingRule',
+           'register_finding', 'rule_text', 'Judging', 'TrendClaim', 'findings', 'resample_seeds', 'verdict_stability',
+           'dependence', 'agreeing_means', 'made_up_study', 'null_tables', 'false_alarm_rates', 'study_figures',
+           'trajectory_figure', 'table1', 'report_sections']
 
 # %% ../nbs/09_temperature_study.ipynb #8a4db458
 def effective_rank(x: torch.Tensor) -> float:
@@ -136,107 +135,6 @@ def check_run(history: list[dict], config: PretrainConfig, criteria: Criteria = 
     return out
 
 
-# %% ../nbs/09_temperature_study.ipynb #4aae6a4b
-TAU_GRID = (0.05, 0.07, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)  # our grid over the range of [WL21]'s figures; its text names only 0.2 and 0.3 (best)
-
-@dataclass(frozen=True)
-class StudyPreset:
-    "A temperature sweep: which runs to train, and how."
-    name: str
-    dataset: str = "digits"
-    backbone: str = "convnet"
-    width: int = 16
-    image_size: int | None = None     # default: the dataset's own (pretrain's default)
-    full_images: bool = False         # imagenet100: 224-px crops of the full-resolution files ([WL21])
-    epochs: int = 30
-    warmup_epochs: int = 0            # linear learning-rate warm-up
-    eval_every: int = 1               # measure the embedding every this many epochs (and after the last)
-    batch_size: int = 128
-    lr: float = 0.03
-    weight_decay: float = 5e-4
-    taus: tuple[float, ...] = TAU_GRID
-    seeds: tuple[int, ...] = (0, 1, 2)
-    alpha: float = 0.0819
-    hard_simple_k: int | None = None  # HardSimple's nearest negatives (WL21: 4095); None: as many as the hard loss keeps
-    simple_losses: bool = True        # add Simple and HardSimple (they take no τ)
-    linear_epochs: int = 100
-    probe_normalize: bool = True      # the probe sees L2-normalised features (False: raw, as [WL21]'s code)
-    probe_augment: bool = False       # the probe trains on freshly augmented images each epoch ([WL21]'s code) instead of cached features
-    device: str = "auto"
-    precision: str = "fp32"
-    compile: bool = False             # torch.compile the encoder (CUDA: measure with benchmarks/bench_gpu.py whether it pays)
-    extend_epochs: int = 0            # a run whose window has not settled at the first lr drop has its schedule stretched by this many epochs
-    max_epochs: int | None = None     # ... again and again, up to this length (None: never stretched)
-    note: str = ""
-
-    def __post_init__(self):
-        if isinstance(self.extend_epochs, bool) or not isinstance(self.extend_epochs, int) or self.extend_epochs < 0:
-            raise ValueError(f"extend_epochs must be an integer >= 0, got {self.extend_epochs!r}")
-        if self.extend_epochs and not (isinstance(self.max_epochs, int) and self.max_epochs >= self.epochs + self.extend_epochs):
-            raise ValueError(f"max_epochs must be an integer >= epochs + extend_epochs ({self.epochs + self.extend_epochs}) when "
-                             f"extend_epochs is set, got {self.max_epochs!r}")
-
-    @property
-    def stretch(self) -> tuple[int, int | None]:
-        "(extend_epochs, max_epochs): how a run that has not settled is lengthened (see `stretch_run`)."
-        return self.extend_epochs, self.max_epochs
-
-_PAPER = dict(epochs=200, warmup_epochs=0, eval_every=5, hard_simple_k=4095, device="cuda", precision="bf16", probe_normalize=False, probe_augment=True)
-PRESETS = {
-    "smoke": StudyPreset("smoke", width=4, epochs=3, warmup_epochs=1, taus=(0.1, 0.5), seeds=(0, 1), linear_epochs=5,
-                         note="a miniature for tests: seconds, numbers meaningless"),
-    "digits": StudyPreset("digits", width=8, image_size=8, epochs=200, warmup_epochs=20, eval_every=5,
-                          taus=(0.05, 0.1, 0.2, 0.3, 0.5, 1.0), extend_epochs=50, max_epochs=400,
-                          note="the embedded default: 42 runs of a width-8 ConvNet on 1438 digits at their native 8 × 8 pixels, "
-                               "200 epochs with a 20-epoch warm-up (a run not yet settled at its first lr drop is stretched by 50 epochs at a "
-                               "time, up to 400), chosen by the convergence criteria of lesson 09; its time on 2 CPU cores "
-                               "is in benchmarks/results/study.md"),
-    "cifar10-paper": StudyPreset("cifar10-paper", dataset="cifar10", backbone="resnet18", alpha=0.0819, **_PAPER,
-                                 note="[WL21] CIFAR10: ResNet18, 200 epochs, 4095 hard negatives"),
-    "cifar100-paper": StudyPreset("cifar100-paper", dataset="cifar100", backbone="resnet18", alpha=0.0819, **_PAPER,
-                                  note="[WL21] CIFAR100: ResNet18, 200 epochs, 4095 hard negatives"),
-    "svhn-paper": StudyPreset("svhn-paper", dataset="svhn", backbone="resnet18", alpha=0.0315, **_PAPER,
-                              note="[WL21] SVHN: ResNet18, 200 epochs, α = 0.0315 (about 2308 negatives) for the hard loss, 4095 for HardSimple"),
-    "imagenet100-paper": StudyPreset("imagenet100-paper", dataset="imagenet100", backbone="resnet50", full_images=True, alpha=0.034,
-                                     weight_decay=1e-4, **_PAPER, note="[WL21] ImageNet100: ResNet50 (ImageNet stem), 200 epochs, "
-                                     "224-px random resized crops of the full images"),
-}
-
-def get_preset(preset: str | StudyPreset) -> StudyPreset:
-    "The preset of that name (or `preset` itself)."
-    if isinstance(preset, StudyPreset): return preset
-    if preset not in PRESETS: raise ValueError(f"preset must be one of {tuple(PRESETS)}, got {preset!r}")
-    return PRESETS[preset]
-
-# %% ../nbs/09_temperature_study.ipynb #18101562
-def _hard_simple_alpha(p: StudyPreset, negatives: int) -> float:
-    "The α that keeps HardSimple's `hard_simple_k` nearest of `negatives` (the hard loss's α when unset or the bank is too small)."
-    k = p.hard_simple_k
-    if k is None or k >= negatives: return p.alpha
-    alpha = k / negatives
-    while n_informative(negatives, alpha) > k: alpha = math.nextafter(alpha, 0)  # ⌈α·K⌉ exactly k, despite rounding
-    return alpha
-
-def study_configs(preset: str | StudyPreset, n_train: int) -> list[PretrainConfig]:
-    "Every pretraining run of the study: (contrastive, hard_contrastive) × taus × seeds, then Simple and HardSimple × seeds."
-    p = get_preset(preset)
-    common = dict(dataset=p.dataset, backbone=p.backbone, width=p.width, image_size=p.image_size, full_images=p.full_images, epochs=p.epochs,
-                  warmup_epochs=p.warmup_epochs, eval_every=p.eval_every, batch_size=p.batch_size, lr=p.lr,
-                  weight_decay=p.weight_decay, device=p.device, precision=p.precision, compile=p.compile)
-    runs = [PretrainConfig(loss=loss, tau=tau, seed=seed, alpha=p.alpha, **common)
-            for loss in ("contrastive", "hard_contrastive") for tau in p.taus for seed in p.seeds]
-    if p.simple_losses:
-        negatives, hs_alpha = n_train - 1, _hard_simple_alpha(p, n_train - 1)
-        runs += [PretrainConfig(loss="simple", lam=1 / negatives, seed=seed, alpha=p.alpha, **common) for seed in p.seeds]
-        runs += [PretrainConfig(loss="hard_simple", alpha=hs_alpha, lam=1 / n_informative(negatives, hs_alpha), seed=seed, **common)
-                 for seed in p.seeds]
-    return runs
-
-def run_name(config: PretrainConfig) -> str:
-    "A folder name that identifies a run of a study."
-    if config.loss in ("simple", "hard_simple"): return f"{config.loss}-seed{config.seed}"
-    return f"{config.loss}-tau{config.tau:g}-seed{config.seed}"
-
 # %% ../nbs/09_temperature_study.ipynb #1d401555
 def neighbour_purity(z: torch.Tensor, labels: torch.Tensor, k: int = 10) -> float:
     "Mean share of each row's `k` most similar other rows of `z` [N, d] that have its label."
@@ -319,12 +217,16 @@ def measure_run(run_dir: str | Path, linear_epochs: int = 100, criteria: Criteri
 # %% ../nbs/09_temperature_study.ipynb #9bbf4151
 _MOVED_TO_STUDY_RUNS = ("StudyError", "is_stretch", "saved_row", "stretch_run", "default_workers", "run_study", "write_results",
                         "load_results", "study_plan", "run_one", "gather", "report_study", "write_report")
+_MOVED_TO_STUDY_PLAN = ("TAU_GRID", "StudyPreset", "PRESETS", "get_preset", "study_configs", "run_name", "_hard_simple_alpha")
 
 def __getattr__(name: str):
-    "The study's machinery lives in `ctl_explore.study_runs` (lesson 16); its public names are still reachable from here."
+    "The study's machinery lives in `ctl_explore.study_runs` (appendix 16), its presets in `ctl_explore.study_plan` (appendix 20); their public names are still reachable from here."
     if name in _MOVED_TO_STUDY_RUNS:
         from ctl_explore import study_runs
         return getattr(study_runs, name)
+    if name in _MOVED_TO_STUDY_PLAN:
+        from ctl_explore import study_plan
+        return getattr(study_plan, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # %% ../nbs/09_temperature_study.ipynb #7fa327e2

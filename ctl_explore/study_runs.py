@@ -34,18 +34,20 @@ from tqdm.auto import tqdm
 
 import ctl_explore.study as study  # RESULT_FORMAT, RESULT_KEYS and the judging are read from it at call time
 from .data import load_dataset
-from .train import (EXECUTION_KEYS, PRETRAIN_LOSSES, CheckpointError, PretrainConfig, RunBusyError, RunFolderError,
-                               write_atomic, load_checkpoint, lr_at, pretrain, run_identity, run_lock, save_checkpoint,
-                               threads_for, write_json_atomic)
-from .study import (CRITERIA, SIGNIFICANCE, Criteria, StudyPreset, check_run, findings, first_drop, get_preset,
-                               measure_run, run_name, study_configs, study_figures, table1, trajectory_figure, usable)
+from .losses import loss_names, loss_spec
+from .run_folders import (CheckpointError, RunBusyError, RunFolderError, run_lock, save_checkpoint, write_atomic,
+                                     write_json_atomic)
+from .train import EXECUTION_KEYS, PretrainConfig, load_checkpoint, lr_at, pretrain, run_identity, threads_for
+from .study import (CRITERIA, SIGNIFICANCE, Criteria, check_run, findings, first_drop, measure_run, study_figures, table1,
+                               trajectory_figure, usable)
+from .study_plan import StudyPreset, get_preset, run_name, study_configs, takes_tau
 
 # %% auto #0
 __all__ = ['SEAL_KEYS', 'FIELD_RULES', 'FAILED_KEYS', 'STUDY_MARKER', 'STUDY_ENTRIES', 'REPORT_GENERATOR', 'REPORT_TEMPLATE',
            'StudyError', 'row_checksum', 'seal_row', 'unsealed', 'file_digest', 'row_problems', 'failed_row',
            'is_stretch', 'saved_row', 'stretch_run', 'visible_gpus', 'worker_devices', 'default_workers',
-           'claim_study_folder', 'StudyInterrupted', 'run_study', 'write_results', 'load_results', 'study_plan',
-           'run_one', 'gather', 'study_status', 'report_study', 'write_report']
+           'claim_study_folder', 'StudyInterrupted', 'run_study', 'write_results', 'load_results', 'check_shipped',
+           'study_plan', 'run_one', 'gather', 'study_status', 'report_study', 'write_report']
 
 # %% ../nbs/16_study_machinery.ipynb #26f3af10
 class StudyError(RuntimeError):
@@ -93,7 +95,7 @@ def _trajectory(v) -> bool:
 FIELD_RULES = {  # what every field of a row must be; a field not named here is covered by the row's checksum only
     "run": (lambda v: isinstance(v, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,199}", v) is not None,
             "a run's folder name (letters, digits, '.', '_', '+', '-')"),
-    "loss": (lambda v: isinstance(v, str) and v in PRETRAIN_LOSSES, "the name of one of the package's losses"),
+    "loss": (lambda v: isinstance(v, str) and v in loss_names(), "the name of one of the package's losses"),  # the registry, read now
     "tau": (lambda v: v is None or (_number(v) and v > 0), "a number > 0 (null for the Simple losses)"),
     "alpha": (lambda v: v is None or (_number(v) and 0 < v <= 1), "a number in (0, 1], or null"),
     "lam": (lambda v: v is None or (_number(v) and v >= 0), "a number >= 0, or null"),
@@ -141,9 +143,9 @@ def row_problems(row, required: tuple[str, ...] = ()) -> list[str]:
 
 def failed_row(config: PretrainConfig, error: BaseException | str) -> dict:
     "The row of a run that failed: what it is (run, loss, τ, seed, α, λ, configuration) and its error as one sentence, no measurements."
-    simple = config.loss in ("simple", "hard_simple")
-    return dict(run=run_name(config), loss=config.loss, tau=None if simple else config.tau, seed=config.seed,
-                alpha=config.alpha if config.loss.startswith("hard") else None, lam=config.lam if simple else None,
+    params = loss_spec(config.loss).params  # a row records the hyper-parameters its loss takes, None for the others
+    return dict(run=run_name(config), loss=config.loss, tau=config.tau if "tau" in params else None, seed=config.seed,
+                alpha=config.alpha if "alpha" in params else None, lam=config.lam if "lam" in params else None,
                 failed=error if isinstance(error, str) else _one_sentence(error),
                 config=json.loads(json.dumps(config.to_dict())), result_format=study.RESULT_FORMAT)
 
@@ -600,12 +602,42 @@ def load_results(path: str | Path) -> list[dict]:
             raise StudyError(f"{path} is not a valid results.json: its row {name} is wrong ({'; '.join(problems[:3])})")
     return rows
 
+# %% ../nbs/16_study_machinery.ipynb #d1c0a002
+def check_shipped(preset: str | StudyPreset, rows: list[dict], n_train: int | None = None) -> None:
+    "`StudyError` naming each mismatch unless `rows` are exactly the runs `preset` plans: the same (loss, τ, seed) set, each run's configuration as planned (or a stretch of it), one row per run. `n_train`: default the rows' own."
+    p = get_preset(preset)
+    if n_train is None:
+        sizes = sorted({r["n_train"] for r in rows if isinstance(r, dict) and _integer(r.get("n_train"))})
+        if len(sizes) > 1: raise StudyError(f"the rows were trained on datasets of different sizes ({sizes}), so no one plan of {p.name!r} matches them")
+        n_train = sizes[0] if sizes else _n_train(p)
+    planned = {(c.loss, c.tau if takes_tau(c.loss) else None, c.seed): c for c in study_configs(p, n_train)}
+    seen: dict[tuple, list[dict]] = {}
+    for r in rows: seen.setdefault((r.get("loss"), r.get("tau"), r.get("seed")), []).append(r)
+    key = lambda k: f"{k[0]} τ={k[1]} seed {k[2]}" if k[1] is not None else f"{k[0]} seed {k[2]}"
+    problems = []
+    if missing := [k for k in planned if k not in seen]:
+        problems.append(f"{len(missing)} planned run(s) have no row: {', '.join(map(key, missing))}")
+    if extra := [k for k in seen if k not in planned]:
+        problems.append(f"{len(extra)} row(s) of runs the preset does not plan: {', '.join(map(key, extra))}")
+    problems += [f"{len(seen[k])} rows for the one run {key(k)}" for k in seen if k in planned and len(seen[k]) > 1]
+    for k, c in planned.items():
+        for r in seen.get(k, [])[:1]:
+            if r.get("run") != run_name(c): problems.append(f"the row of {key(k)} is named {r.get('run')!r}, not {run_name(c)!r}")
+            try: saved = run_identity(PretrainConfig.from_dict(r["config"]))
+            except (KeyError, TypeError, ValueError) as e:
+                problems.append(f"the row of {key(k)} holds no valid configuration ({type(e).__name__}: {e})"); continue
+            if saved != run_identity(c) and not is_stretch(saved, run_identity(c), p.stretch):
+                problems.append(f"{key(k)} was trained with {_config_diff(saved, run_identity(c))} (row vs plan)")
+    if problems:
+        raise StudyError(f"the rows are not the study the {p.name!r} preset plans: " + "; ".join(problems)
+                         + ". Run the study again for the new plan (and ship its results), or restore the preset")
+
 # %% ../nbs/16_study_machinery.ipynb #fe4f3d27
 def study_plan(preset: str | StudyPreset = "digits", n_train: int | None = None) -> list[dict]:
     "The study's runs in order — index, run name, loss, τ, seed, epochs, configuration: what `--list` prints and `--run I` trains."
     p = get_preset(preset)
     configs = study_configs(p, _n_train(p) if n_train is None else n_train)
-    return [dict(index=i, run=run_name(c), loss=c.loss, tau=None if c.loss in ("simple", "hard_simple") else c.tau, seed=c.seed,
+    return [dict(index=i, run=run_name(c), loss=c.loss, tau=c.tau if takes_tau(c.loss) else None, seed=c.seed,
                  epochs=c.epochs, config=c) for i, c in enumerate(configs)]
 
 def run_one(preset: str | StudyPreset, index: int, out_dir: str | Path | None = None, device: str | None = None) -> dict | None:
@@ -689,6 +721,25 @@ $sections
 </body></html>
 """)
 
+_UNFINISHED = string.Template("<p><b>This study is not finished:</b> $n_missing of its $n_all runs are missing ($names); the verdicts "
+                              "below speak for the $n_rows finished ones only.</p>")
+_FAILED = string.Template("<p class='failed'><b>$n_failed of its $n_rows runs failed</b> and count for nothing below (run the study again "
+                          "to retry them):</p><table><tr><th>run</th><th>error</th></tr>$failed_rows</table>")
+_FAILED_ROW = string.Template("<tr><td>$run</td><td>$error</td></tr>")
+_STRETCH_NOTE = string.Template("<p>A run whose window had not settled by its first learning-rate drop trained on: its schedule stretched by "
+                                "$extend_epochs epochs at a time (the warm-up unchanged, the drops at the same fractions), up to $max_epochs "
+                                "epochs; the criteria did not change. <b>$n_stretched of $n_rows runs</b> were stretched (the column epochs).</p>")
+_HEALTH_ROW = string.Template("<tr><td>$run</td><td>$epochs</td><td>$converged</td><td>$collapsed</td><td>$uniformity_change</td>"
+                              "<td>$alignment_change</td><td>$knn_change</td><td>$uniformity</td></tr>")
+_TABLE1_ROW = string.Template("<tr><td><span style='color:$color'>&#9632;</span> $label</td><td>$tau</td><td>$mean ± $std</td><td>$seeds</td></tr>")
+_SCALE_ROW = string.Template("<tr><td>$what</td><td>$ours</td><td>$theirs</td></tr>")
+
+def _loss_style(loss) -> tuple[str, str]:
+    "(label, colour) of a loss, from the loss registry (lesson 00); a loss it does not know (a row from elsewhere) shows its name, in grey."
+    try: spec = loss_spec(loss)
+    except ValueError: return str(loss), "#7f7f7f"
+    return spec.label or spec.name, spec.color
+
 def _esc(v) -> str:
     "Any value as text that HTML shows as it is (None as nothing)."
     return "" if v is None else _html.escape(str(v), quote=True)
@@ -768,24 +819,23 @@ def write_report(rows: list[dict], out_dir: str | Path, preset: str | StudyPrese
     epochs = [r["config"]["epochs"] for r in measured if isinstance(r.get("config"), dict) and _integer(r["config"].get("epochs"))]
     n_stretched = sum(e != min(epochs) for e in epochs)
     yes = lambda v, t, f: t if v is True else f if v is False else _esc(v)
-    health = "".join(
-        f"<tr><td>{_esc(r.get('run'))}</td><td>{_fmt((r.get('config') or {}).get('epochs'), 'd')}</td><td>{yes(r.get('converged'), 'yes', 'NO')}</td>"
-        f"<td>{yes(r.get('collapsed'), 'YES', 'no')}</td><td>{_fmt(r.get('uniformity_change'), '+.3f')}</td>"
-        f"<td>{_fmt(r.get('alignment_change'), '+.3f')}</td><td>{_fmt(r.get('knn_change'), '+.3f')}</td><td>{_fmt(r.get('uniformity'), '.3f')}</td></tr>" for r in measured)
-    n_all = len(rows) + len(missing)
-    unfinished = (f"<p><b>This study is not finished:</b> {len(missing)} of its {n_all} runs are missing "
-                  f"({_esc(', '.join(missing[:12]))}{' …' if len(missing) > 12 else ''}); the verdicts below speak for the "
-                  f"{len(rows)} finished ones only.</p>" if missing else "")
-    failed_html = ("" if not failed else f"<p class='failed'><b>{len(failed)} of its {len(rows)} runs failed</b> and count for nothing "
-                   "below (run the study again to retry them):</p><table><tr><th>run</th><th>error</th></tr>"
-                   + "".join(f"<tr><td>{_esc(r.get('run'))}</td><td>{_esc(r.get('failed'))}</td></tr>" for r in failed) + "</table>")
-    stretch_note = ("" if p is None or not p.extend_epochs else
-                    f"<p>A run whose window had not settled by its first learning-rate drop trained on: its schedule stretched by "
-                    f"{p.extend_epochs} epochs at a time (the warm-up unchanged, the drops at the same fractions), up to {p.max_epochs} "
-                    f"epochs; the criteria did not change. <b>{n_stretched} of {len(rows)} runs</b> were stretched (the column epochs).</p>")
-    t1 = "".join(f"<tr><td>{_esc(r['loss'])}</td><td>{_fmt(r['tau'], 'g')}</td>"
-                 f"<td>{_fmt(r['mean'], '.4f')} ± {_fmt(0 if math.isnan(r['std']) else r['std'], '.4f')}</td><td>{_esc(r['seeds'])}</td></tr>"
-                 for r in table1(clean))
+    health = "".join(_HEALTH_ROW.substitute(
+        run=_esc(r.get("run")), epochs=_fmt((r.get("config") or {}).get("epochs"), "d"), converged=yes(r.get("converged"), "yes", "NO"),
+        collapsed=yes(r.get("collapsed"), "YES", "no"), uniformity_change=_fmt(r.get("uniformity_change"), "+.3f"),
+        alignment_change=_fmt(r.get("alignment_change"), "+.3f"), knn_change=_fmt(r.get("knn_change"), "+.3f"),
+        uniformity=_fmt(r.get("uniformity"), ".3f")) for r in measured)
+    unfinished = "" if not missing else _UNFINISHED.substitute(
+        n_missing=len(missing), n_all=len(rows) + len(missing), n_rows=len(rows),
+        names=_esc(", ".join(missing[:12])) + (" …" if len(missing) > 12 else ""))
+    failed_html = "" if not failed else _FAILED.substitute(
+        n_failed=len(failed), n_rows=len(rows),
+        failed_rows="".join(_FAILED_ROW.substitute(run=_esc(r.get("run")), error=_esc(r.get("failed"))) for r in failed))
+    stretch_note = "" if p is None or not p.extend_epochs else _STRETCH_NOTE.substitute(
+        extend_epochs=_esc(p.extend_epochs), max_epochs=_esc(p.max_epochs), n_stretched=n_stretched, n_rows=len(rows))
+    t1 = "".join(_TABLE1_ROW.substitute(
+        label=_esc(label), color=_esc(color), tau=_fmt(r["tau"], "g"), mean=_fmt(r["mean"], ".4f"),
+        std=_fmt(0 if math.isnan(r["std"]) else r["std"], ".4f"), seeds=_esc(r["seeds"]))
+        for r in table1(clean) for label, color in [_loss_style(r["loss"])])
     heads, verdicts = _findings_table(found)
     c = CRITERIA
     page = REPORT_TEMPLATE.substitute(
@@ -794,7 +844,7 @@ def write_report(rows: list[dict], out_dir: str | Path, preset: str | StudyPrese
         n_reproduced=counts["reproduced"], n_partly=counts["partly reproduced"], n_not_reproduced=counts["not reproduced"],
         n_inconclusive=counts["inconclusive at this scale"],
         unfinished=unfinished, failed=failed_html,
-        scale_rows="".join(f"<tr><td>{_esc(k.replace('_', ' '))}</td><td>{_esc(v)}</td><td>{_esc(_WL21_SCALE[k])}</td></tr>"
+        scale_rows="".join(_SCALE_ROW.substitute(what=_esc(k.replace("_", " ")), ours=_esc(v), theirs=_esc(_WL21_SCALE[k]))
                            for k, v in _scale(measured).items()),
         criteria=_esc(c.describe()), n_ok=len(ok),
         left_out="; left out: " + _esc(", ".join(map(str, left_out))) if left_out else "", stretch_note=stretch_note, health=health,

@@ -20,8 +20,8 @@ import torch
 
 import ctl_explore.study as study
 import ctl_explore.study_runs as sr
-from ctl_explore.study import StudyPreset, study_configs
-from ctl_explore.study_runs import (STUDY_MARKER, StudyError, StudyInterrupted, claim_study_folder, failed_row, gather,
+from ctl_explore.study_plan import PRESETS, StudyPreset, get_preset, run_name, study_configs, takes_tau
+from ctl_explore.study_runs import (STUDY_MARKER, StudyError, StudyInterrupted, check_shipped, claim_study_folder, failed_row, gather,
                                     load_results, row_checksum, run_study, saved_row, write_report, write_results)
 
 ROOT = Path(__file__).parents[1]
@@ -420,7 +420,7 @@ def _alive(pid: int) -> bool:
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process tree from /proc")
 def test_killing_the_parent_leaves_no_worker(tmp_path):
     code = textwrap.dedent(f"""
-        from ctl_explore.study import StudyPreset
+        from ctl_explore.study_plan import StudyPreset
         from ctl_explore.study_runs import run_study
         p = StudyPreset("long", width=4, epochs=400, taus=(0.2, 0.5), seeds=(0,), simple_losses=False, linear_epochs=2)
         run_study(p, {str(tmp_path / 'S')!r}, quiet=True, workers=2)
@@ -447,7 +447,7 @@ def test_killing_the_parent_leaves_no_worker(tmp_path):
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process tree from /proc")
 def test_ctrl_c_stops_a_worker_study_and_counts_what_is_saved(tmp_path):
     code = textwrap.dedent(f"""
-        from ctl_explore.study import StudyPreset
+        from ctl_explore.study_plan import StudyPreset
         from ctl_explore.study_runs import StudyInterrupted, run_study
         p = StudyPreset("long", width=4, epochs=400, taus=(0.2, 0.5), seeds=(0,), simple_losses=False, linear_epochs=2)
         try: run_study(p, {str(tmp_path / 'S')!r}, quiet=True, workers=2)
@@ -469,7 +469,7 @@ def test_ctrl_c_stops_a_worker_study_and_counts_what_is_saved(tmp_path):
 @pytest.mark.slow
 def test_a_study_from_standard_input_runs_its_workers(tmp_path):
     script = textwrap.dedent(f"""
-        from ctl_explore.study import StudyPreset
+        from ctl_explore.study_plan import StudyPreset
         from ctl_explore.study_runs import run_study
         p = StudyPreset("tiny", width=4, epochs=1, taus=(0.2, 0.5), seeds=(0,), simple_losses=False, linear_epochs=1)
         rows = run_study(p, {str(tmp_path / 'S')!r}, quiet=True, workers=2)
@@ -478,3 +478,437 @@ def test_a_study_from_standard_input_runs_its_workers(tmp_path):
     proc = subprocess.run([sys.executable, "-"], input=script, env=ENV, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == ["4", "0"]  # four runs measured, none failed
+
+
+# --- the plan: a preset is a base configuration and the axes it sweeps (appendix 20) -------------------------------------
+
+# study_configs of every preset as it was before presets had a base configuration (the code of commit 76be443), as data:
+# each preset's n_train, the fields every run shares, then per run (folder name, loss, τ, α, λ, seed).
+FROZEN_PLANS = {
+    'smoke': dict(n_train=1438, common={
+        'dataset': 'digits', 'data_root': None, 'download': False, 'image_size': None, 'full_images': False, 'backbone': 'convnet',
+        'stem': None, 'width': 4, 'norm': 'batch', 'head': 'linear', 'out_dim': 128, 'negatives': 'bank', 'bank_momentum': 0.5,
+        'bank_precision': 'fp32', 'epochs': 3, 'batch_size': 128, 'lr': 0.03, 'momentum': 0.9, 'weight_decay': 0.0005,
+        'lr_drops': [0.8, 0.95], 'warmup_epochs': 1, 'device': 'auto', 'precision': 'fp32', 'compile': False, 'knn_k': 200,
+        'eval_batch_size': 512, 'eval_every': 1, 'monitor_images': None,
+    }, runs=[
+        ('contrastive-tau0.1-seed0', 'contrastive', 0.1, 0.0819, None, 0),
+        ('contrastive-tau0.1-seed1', 'contrastive', 0.1, 0.0819, None, 1),
+        ('contrastive-tau0.5-seed0', 'contrastive', 0.5, 0.0819, None, 0),
+        ('contrastive-tau0.5-seed1', 'contrastive', 0.5, 0.0819, None, 1),
+        ('hard_contrastive-tau0.1-seed0', 'hard_contrastive', 0.1, 0.0819, None, 0),
+        ('hard_contrastive-tau0.1-seed1', 'hard_contrastive', 0.1, 0.0819, None, 1),
+        ('hard_contrastive-tau0.5-seed0', 'hard_contrastive', 0.5, 0.0819, None, 0),
+        ('hard_contrastive-tau0.5-seed1', 'hard_contrastive', 0.5, 0.0819, None, 1),
+        ('simple-seed0', 'simple', 0.2, 0.0819, 0.0006958942240779402, 0),
+        ('simple-seed1', 'simple', 0.2, 0.0819, 0.0006958942240779402, 1),
+        ('hard_simple-seed0', 'hard_simple', 0.2, 0.0819, 0.00847457627118644, 0),
+        ('hard_simple-seed1', 'hard_simple', 0.2, 0.0819, 0.00847457627118644, 1),
+    ]),
+    'digits': dict(n_train=1438, common={
+        'dataset': 'digits', 'data_root': None, 'download': False, 'image_size': 8, 'full_images': False, 'backbone': 'convnet',
+        'stem': None, 'width': 8, 'norm': 'batch', 'head': 'linear', 'out_dim': 128, 'negatives': 'bank', 'bank_momentum': 0.5,
+        'bank_precision': 'fp32', 'epochs': 200, 'batch_size': 128, 'lr': 0.03, 'momentum': 0.9, 'weight_decay': 0.0005,
+        'lr_drops': [0.8, 0.95], 'warmup_epochs': 20, 'device': 'auto', 'precision': 'fp32', 'compile': False, 'knn_k': 200,
+        'eval_batch_size': 512, 'eval_every': 5, 'monitor_images': None,
+    }, runs=[
+        ('contrastive-tau0.05-seed0', 'contrastive', 0.05, 0.0819, None, 0),
+        ('contrastive-tau0.05-seed1', 'contrastive', 0.05, 0.0819, None, 1),
+        ('contrastive-tau0.05-seed2', 'contrastive', 0.05, 0.0819, None, 2),
+        ('contrastive-tau0.1-seed0', 'contrastive', 0.1, 0.0819, None, 0),
+        ('contrastive-tau0.1-seed1', 'contrastive', 0.1, 0.0819, None, 1),
+        ('contrastive-tau0.1-seed2', 'contrastive', 0.1, 0.0819, None, 2),
+        ('contrastive-tau0.2-seed0', 'contrastive', 0.2, 0.0819, None, 0),
+        ('contrastive-tau0.2-seed1', 'contrastive', 0.2, 0.0819, None, 1),
+        ('contrastive-tau0.2-seed2', 'contrastive', 0.2, 0.0819, None, 2),
+        ('contrastive-tau0.3-seed0', 'contrastive', 0.3, 0.0819, None, 0),
+        ('contrastive-tau0.3-seed1', 'contrastive', 0.3, 0.0819, None, 1),
+        ('contrastive-tau0.3-seed2', 'contrastive', 0.3, 0.0819, None, 2),
+        ('contrastive-tau0.5-seed0', 'contrastive', 0.5, 0.0819, None, 0),
+        ('contrastive-tau0.5-seed1', 'contrastive', 0.5, 0.0819, None, 1),
+        ('contrastive-tau0.5-seed2', 'contrastive', 0.5, 0.0819, None, 2),
+        ('contrastive-tau1-seed0', 'contrastive', 1.0, 0.0819, None, 0),
+        ('contrastive-tau1-seed1', 'contrastive', 1.0, 0.0819, None, 1),
+        ('contrastive-tau1-seed2', 'contrastive', 1.0, 0.0819, None, 2),
+        ('hard_contrastive-tau0.05-seed0', 'hard_contrastive', 0.05, 0.0819, None, 0),
+        ('hard_contrastive-tau0.05-seed1', 'hard_contrastive', 0.05, 0.0819, None, 1),
+        ('hard_contrastive-tau0.05-seed2', 'hard_contrastive', 0.05, 0.0819, None, 2),
+        ('hard_contrastive-tau0.1-seed0', 'hard_contrastive', 0.1, 0.0819, None, 0),
+        ('hard_contrastive-tau0.1-seed1', 'hard_contrastive', 0.1, 0.0819, None, 1),
+        ('hard_contrastive-tau0.1-seed2', 'hard_contrastive', 0.1, 0.0819, None, 2),
+        ('hard_contrastive-tau0.2-seed0', 'hard_contrastive', 0.2, 0.0819, None, 0),
+        ('hard_contrastive-tau0.2-seed1', 'hard_contrastive', 0.2, 0.0819, None, 1),
+        ('hard_contrastive-tau0.2-seed2', 'hard_contrastive', 0.2, 0.0819, None, 2),
+        ('hard_contrastive-tau0.3-seed0', 'hard_contrastive', 0.3, 0.0819, None, 0),
+        ('hard_contrastive-tau0.3-seed1', 'hard_contrastive', 0.3, 0.0819, None, 1),
+        ('hard_contrastive-tau0.3-seed2', 'hard_contrastive', 0.3, 0.0819, None, 2),
+        ('hard_contrastive-tau0.5-seed0', 'hard_contrastive', 0.5, 0.0819, None, 0),
+        ('hard_contrastive-tau0.5-seed1', 'hard_contrastive', 0.5, 0.0819, None, 1),
+        ('hard_contrastive-tau0.5-seed2', 'hard_contrastive', 0.5, 0.0819, None, 2),
+        ('hard_contrastive-tau1-seed0', 'hard_contrastive', 1.0, 0.0819, None, 0),
+        ('hard_contrastive-tau1-seed1', 'hard_contrastive', 1.0, 0.0819, None, 1),
+        ('hard_contrastive-tau1-seed2', 'hard_contrastive', 1.0, 0.0819, None, 2),
+        ('simple-seed0', 'simple', 0.2, 0.0819, 0.0006958942240779402, 0),
+        ('simple-seed1', 'simple', 0.2, 0.0819, 0.0006958942240779402, 1),
+        ('simple-seed2', 'simple', 0.2, 0.0819, 0.0006958942240779402, 2),
+        ('hard_simple-seed0', 'hard_simple', 0.2, 0.0819, 0.00847457627118644, 0),
+        ('hard_simple-seed1', 'hard_simple', 0.2, 0.0819, 0.00847457627118644, 1),
+        ('hard_simple-seed2', 'hard_simple', 0.2, 0.0819, 0.00847457627118644, 2),
+    ]),
+    'cifar10-paper': dict(n_train=50000, common={
+        'dataset': 'cifar10', 'data_root': None, 'download': False, 'image_size': None, 'full_images': False, 'backbone': 'resnet18',
+        'stem': None, 'width': 16, 'norm': 'batch', 'head': 'linear', 'out_dim': 128, 'negatives': 'bank', 'bank_momentum': 0.5,
+        'bank_precision': 'fp32', 'epochs': 200, 'batch_size': 128, 'lr': 0.03, 'momentum': 0.9, 'weight_decay': 0.0005,
+        'lr_drops': [0.8, 0.95], 'warmup_epochs': 0, 'device': 'cuda', 'precision': 'bf16', 'compile': False, 'knn_k': 200,
+        'eval_batch_size': 512, 'eval_every': 5, 'monitor_images': None,
+    }, runs=[
+        ('contrastive-tau0.05-seed0', 'contrastive', 0.05, 0.0819, None, 0),
+        ('contrastive-tau0.05-seed1', 'contrastive', 0.05, 0.0819, None, 1),
+        ('contrastive-tau0.05-seed2', 'contrastive', 0.05, 0.0819, None, 2),
+        ('contrastive-tau0.07-seed0', 'contrastive', 0.07, 0.0819, None, 0),
+        ('contrastive-tau0.07-seed1', 'contrastive', 0.07, 0.0819, None, 1),
+        ('contrastive-tau0.07-seed2', 'contrastive', 0.07, 0.0819, None, 2),
+        ('contrastive-tau0.1-seed0', 'contrastive', 0.1, 0.0819, None, 0),
+        ('contrastive-tau0.1-seed1', 'contrastive', 0.1, 0.0819, None, 1),
+        ('contrastive-tau0.1-seed2', 'contrastive', 0.1, 0.0819, None, 2),
+        ('contrastive-tau0.2-seed0', 'contrastive', 0.2, 0.0819, None, 0),
+        ('contrastive-tau0.2-seed1', 'contrastive', 0.2, 0.0819, None, 1),
+        ('contrastive-tau0.2-seed2', 'contrastive', 0.2, 0.0819, None, 2),
+        ('contrastive-tau0.3-seed0', 'contrastive', 0.3, 0.0819, None, 0),
+        ('contrastive-tau0.3-seed1', 'contrastive', 0.3, 0.0819, None, 1),
+        ('contrastive-tau0.3-seed2', 'contrastive', 0.3, 0.0819, None, 2),
+        ('contrastive-tau0.5-seed0', 'contrastive', 0.5, 0.0819, None, 0),
+        ('contrastive-tau0.5-seed1', 'contrastive', 0.5, 0.0819, None, 1),
+        ('contrastive-tau0.5-seed2', 'contrastive', 0.5, 0.0819, None, 2),
+        ('contrastive-tau0.7-seed0', 'contrastive', 0.7, 0.0819, None, 0),
+        ('contrastive-tau0.7-seed1', 'contrastive', 0.7, 0.0819, None, 1),
+        ('contrastive-tau0.7-seed2', 'contrastive', 0.7, 0.0819, None, 2),
+        ('contrastive-tau1-seed0', 'contrastive', 1.0, 0.0819, None, 0),
+        ('contrastive-tau1-seed1', 'contrastive', 1.0, 0.0819, None, 1),
+        ('contrastive-tau1-seed2', 'contrastive', 1.0, 0.0819, None, 2),
+        ('hard_contrastive-tau0.05-seed0', 'hard_contrastive', 0.05, 0.0819, None, 0),
+        ('hard_contrastive-tau0.05-seed1', 'hard_contrastive', 0.05, 0.0819, None, 1),
+        ('hard_contrastive-tau0.05-seed2', 'hard_contrastive', 0.05, 0.0819, None, 2),
+        ('hard_contrastive-tau0.07-seed0', 'hard_contrastive', 0.07, 0.0819, None, 0),
+        ('hard_contrastive-tau0.07-seed1', 'hard_contrastive', 0.07, 0.0819, None, 1),
+        ('hard_contrastive-tau0.07-seed2', 'hard_contrastive', 0.07, 0.0819, None, 2),
+        ('hard_contrastive-tau0.1-seed0', 'hard_contrastive', 0.1, 0.0819, None, 0),
+        ('hard_contrastive-tau0.1-seed1', 'hard_contrastive', 0.1, 0.0819, None, 1),
+        ('hard_contrastive-tau0.1-seed2', 'hard_contrastive', 0.1, 0.0819, None, 2),
+        ('hard_contrastive-tau0.2-seed0', 'hard_contrastive', 0.2, 0.0819, None, 0),
+        ('hard_contrastive-tau0.2-seed1', 'hard_contrastive', 0.2, 0.0819, None, 1),
+        ('hard_contrastive-tau0.2-seed2', 'hard_contrastive', 0.2, 0.0819, None, 2),
+        ('hard_contrastive-tau0.3-seed0', 'hard_contrastive', 0.3, 0.0819, None, 0),
+        ('hard_contrastive-tau0.3-seed1', 'hard_contrastive', 0.3, 0.0819, None, 1),
+        ('hard_contrastive-tau0.3-seed2', 'hard_contrastive', 0.3, 0.0819, None, 2),
+        ('hard_contrastive-tau0.5-seed0', 'hard_contrastive', 0.5, 0.0819, None, 0),
+        ('hard_contrastive-tau0.5-seed1', 'hard_contrastive', 0.5, 0.0819, None, 1),
+        ('hard_contrastive-tau0.5-seed2', 'hard_contrastive', 0.5, 0.0819, None, 2),
+        ('hard_contrastive-tau0.7-seed0', 'hard_contrastive', 0.7, 0.0819, None, 0),
+        ('hard_contrastive-tau0.7-seed1', 'hard_contrastive', 0.7, 0.0819, None, 1),
+        ('hard_contrastive-tau0.7-seed2', 'hard_contrastive', 0.7, 0.0819, None, 2),
+        ('hard_contrastive-tau1-seed0', 'hard_contrastive', 1.0, 0.0819, None, 0),
+        ('hard_contrastive-tau1-seed1', 'hard_contrastive', 1.0, 0.0819, None, 1),
+        ('hard_contrastive-tau1-seed2', 'hard_contrastive', 1.0, 0.0819, None, 2),
+        ('simple-seed0', 'simple', 0.2, 0.0819, 2.000040000800016e-05, 0),
+        ('simple-seed1', 'simple', 0.2, 0.0819, 2.000040000800016e-05, 1),
+        ('simple-seed2', 'simple', 0.2, 0.0819, 2.000040000800016e-05, 2),
+        ('hard_simple-seed0', 'hard_simple', 0.2, 0.08190163803276065, 0.0002442002442002442, 0),
+        ('hard_simple-seed1', 'hard_simple', 0.2, 0.08190163803276065, 0.0002442002442002442, 1),
+        ('hard_simple-seed2', 'hard_simple', 0.2, 0.08190163803276065, 0.0002442002442002442, 2),
+    ]),
+    'cifar100-paper': dict(n_train=50000, common={
+        'dataset': 'cifar100', 'data_root': None, 'download': False, 'image_size': None, 'full_images': False, 'backbone': 'resnet18',
+        'stem': None, 'width': 16, 'norm': 'batch', 'head': 'linear', 'out_dim': 128, 'negatives': 'bank', 'bank_momentum': 0.5,
+        'bank_precision': 'fp32', 'epochs': 200, 'batch_size': 128, 'lr': 0.03, 'momentum': 0.9, 'weight_decay': 0.0005,
+        'lr_drops': [0.8, 0.95], 'warmup_epochs': 0, 'device': 'cuda', 'precision': 'bf16', 'compile': False, 'knn_k': 200,
+        'eval_batch_size': 512, 'eval_every': 5, 'monitor_images': None,
+    }, runs=[
+        ('contrastive-tau0.05-seed0', 'contrastive', 0.05, 0.0819, None, 0),
+        ('contrastive-tau0.05-seed1', 'contrastive', 0.05, 0.0819, None, 1),
+        ('contrastive-tau0.05-seed2', 'contrastive', 0.05, 0.0819, None, 2),
+        ('contrastive-tau0.07-seed0', 'contrastive', 0.07, 0.0819, None, 0),
+        ('contrastive-tau0.07-seed1', 'contrastive', 0.07, 0.0819, None, 1),
+        ('contrastive-tau0.07-seed2', 'contrastive', 0.07, 0.0819, None, 2),
+        ('contrastive-tau0.1-seed0', 'contrastive', 0.1, 0.0819, None, 0),
+        ('contrastive-tau0.1-seed1', 'contrastive', 0.1, 0.0819, None, 1),
+        ('contrastive-tau0.1-seed2', 'contrastive', 0.1, 0.0819, None, 2),
+        ('contrastive-tau0.2-seed0', 'contrastive', 0.2, 0.0819, None, 0),
+        ('contrastive-tau0.2-seed1', 'contrastive', 0.2, 0.0819, None, 1),
+        ('contrastive-tau0.2-seed2', 'contrastive', 0.2, 0.0819, None, 2),
+        ('contrastive-tau0.3-seed0', 'contrastive', 0.3, 0.0819, None, 0),
+        ('contrastive-tau0.3-seed1', 'contrastive', 0.3, 0.0819, None, 1),
+        ('contrastive-tau0.3-seed2', 'contrastive', 0.3, 0.0819, None, 2),
+        ('contrastive-tau0.5-seed0', 'contrastive', 0.5, 0.0819, None, 0),
+        ('contrastive-tau0.5-seed1', 'contrastive', 0.5, 0.0819, None, 1),
+        ('contrastive-tau0.5-seed2', 'contrastive', 0.5, 0.0819, None, 2),
+        ('contrastive-tau0.7-seed0', 'contrastive', 0.7, 0.0819, None, 0),
+        ('contrastive-tau0.7-seed1', 'contrastive', 0.7, 0.0819, None, 1),
+        ('contrastive-tau0.7-seed2', 'contrastive', 0.7, 0.0819, None, 2),
+        ('contrastive-tau1-seed0', 'contrastive', 1.0, 0.0819, None, 0),
+        ('contrastive-tau1-seed1', 'contrastive', 1.0, 0.0819, None, 1),
+        ('contrastive-tau1-seed2', 'contrastive', 1.0, 0.0819, None, 2),
+        ('hard_contrastive-tau0.05-seed0', 'hard_contrastive', 0.05, 0.0819, None, 0),
+        ('hard_contrastive-tau0.05-seed1', 'hard_contrastive', 0.05, 0.0819, None, 1),
+        ('hard_contrastive-tau0.05-seed2', 'hard_contrastive', 0.05, 0.0819, None, 2),
+        ('hard_contrastive-tau0.07-seed0', 'hard_contrastive', 0.07, 0.0819, None, 0),
+        ('hard_contrastive-tau0.07-seed1', 'hard_contrastive', 0.07, 0.0819, None, 1),
+        ('hard_contrastive-tau0.07-seed2', 'hard_contrastive', 0.07, 0.0819, None, 2),
+        ('hard_contrastive-tau0.1-seed0', 'hard_contrastive', 0.1, 0.0819, None, 0),
+        ('hard_contrastive-tau0.1-seed1', 'hard_contrastive', 0.1, 0.0819, None, 1),
+        ('hard_contrastive-tau0.1-seed2', 'hard_contrastive', 0.1, 0.0819, None, 2),
+        ('hard_contrastive-tau0.2-seed0', 'hard_contrastive', 0.2, 0.0819, None, 0),
+        ('hard_contrastive-tau0.2-seed1', 'hard_contrastive', 0.2, 0.0819, None, 1),
+        ('hard_contrastive-tau0.2-seed2', 'hard_contrastive', 0.2, 0.0819, None, 2),
+        ('hard_contrastive-tau0.3-seed0', 'hard_contrastive', 0.3, 0.0819, None, 0),
+        ('hard_contrastive-tau0.3-seed1', 'hard_contrastive', 0.3, 0.0819, None, 1),
+        ('hard_contrastive-tau0.3-seed2', 'hard_contrastive', 0.3, 0.0819, None, 2),
+        ('hard_contrastive-tau0.5-seed0', 'hard_contrastive', 0.5, 0.0819, None, 0),
+        ('hard_contrastive-tau0.5-seed1', 'hard_contrastive', 0.5, 0.0819, None, 1),
+        ('hard_contrastive-tau0.5-seed2', 'hard_contrastive', 0.5, 0.0819, None, 2),
+        ('hard_contrastive-tau0.7-seed0', 'hard_contrastive', 0.7, 0.0819, None, 0),
+        ('hard_contrastive-tau0.7-seed1', 'hard_contrastive', 0.7, 0.0819, None, 1),
+        ('hard_contrastive-tau0.7-seed2', 'hard_contrastive', 0.7, 0.0819, None, 2),
+        ('hard_contrastive-tau1-seed0', 'hard_contrastive', 1.0, 0.0819, None, 0),
+        ('hard_contrastive-tau1-seed1', 'hard_contrastive', 1.0, 0.0819, None, 1),
+        ('hard_contrastive-tau1-seed2', 'hard_contrastive', 1.0, 0.0819, None, 2),
+        ('simple-seed0', 'simple', 0.2, 0.0819, 2.000040000800016e-05, 0),
+        ('simple-seed1', 'simple', 0.2, 0.0819, 2.000040000800016e-05, 1),
+        ('simple-seed2', 'simple', 0.2, 0.0819, 2.000040000800016e-05, 2),
+        ('hard_simple-seed0', 'hard_simple', 0.2, 0.08190163803276065, 0.0002442002442002442, 0),
+        ('hard_simple-seed1', 'hard_simple', 0.2, 0.08190163803276065, 0.0002442002442002442, 1),
+        ('hard_simple-seed2', 'hard_simple', 0.2, 0.08190163803276065, 0.0002442002442002442, 2),
+    ]),
+    'svhn-paper': dict(n_train=73257, common={
+        'dataset': 'svhn', 'data_root': None, 'download': False, 'image_size': None, 'full_images': False, 'backbone': 'resnet18',
+        'stem': None, 'width': 16, 'norm': 'batch', 'head': 'linear', 'out_dim': 128, 'negatives': 'bank', 'bank_momentum': 0.5,
+        'bank_precision': 'fp32', 'epochs': 200, 'batch_size': 128, 'lr': 0.03, 'momentum': 0.9, 'weight_decay': 0.0005,
+        'lr_drops': [0.8, 0.95], 'warmup_epochs': 0, 'device': 'cuda', 'precision': 'bf16', 'compile': False, 'knn_k': 200,
+        'eval_batch_size': 512, 'eval_every': 5, 'monitor_images': None,
+    }, runs=[
+        ('contrastive-tau0.05-seed0', 'contrastive', 0.05, 0.0315, None, 0),
+        ('contrastive-tau0.05-seed1', 'contrastive', 0.05, 0.0315, None, 1),
+        ('contrastive-tau0.05-seed2', 'contrastive', 0.05, 0.0315, None, 2),
+        ('contrastive-tau0.07-seed0', 'contrastive', 0.07, 0.0315, None, 0),
+        ('contrastive-tau0.07-seed1', 'contrastive', 0.07, 0.0315, None, 1),
+        ('contrastive-tau0.07-seed2', 'contrastive', 0.07, 0.0315, None, 2),
+        ('contrastive-tau0.1-seed0', 'contrastive', 0.1, 0.0315, None, 0),
+        ('contrastive-tau0.1-seed1', 'contrastive', 0.1, 0.0315, None, 1),
+        ('contrastive-tau0.1-seed2', 'contrastive', 0.1, 0.0315, None, 2),
+        ('contrastive-tau0.2-seed0', 'contrastive', 0.2, 0.0315, None, 0),
+        ('contrastive-tau0.2-seed1', 'contrastive', 0.2, 0.0315, None, 1),
+        ('contrastive-tau0.2-seed2', 'contrastive', 0.2, 0.0315, None, 2),
+        ('contrastive-tau0.3-seed0', 'contrastive', 0.3, 0.0315, None, 0),
+        ('contrastive-tau0.3-seed1', 'contrastive', 0.3, 0.0315, None, 1),
+        ('contrastive-tau0.3-seed2', 'contrastive', 0.3, 0.0315, None, 2),
+        ('contrastive-tau0.5-seed0', 'contrastive', 0.5, 0.0315, None, 0),
+        ('contrastive-tau0.5-seed1', 'contrastive', 0.5, 0.0315, None, 1),
+        ('contrastive-tau0.5-seed2', 'contrastive', 0.5, 0.0315, None, 2),
+        ('contrastive-tau0.7-seed0', 'contrastive', 0.7, 0.0315, None, 0),
+        ('contrastive-tau0.7-seed1', 'contrastive', 0.7, 0.0315, None, 1),
+        ('contrastive-tau0.7-seed2', 'contrastive', 0.7, 0.0315, None, 2),
+        ('contrastive-tau1-seed0', 'contrastive', 1.0, 0.0315, None, 0),
+        ('contrastive-tau1-seed1', 'contrastive', 1.0, 0.0315, None, 1),
+        ('contrastive-tau1-seed2', 'contrastive', 1.0, 0.0315, None, 2),
+        ('hard_contrastive-tau0.05-seed0', 'hard_contrastive', 0.05, 0.0315, None, 0),
+        ('hard_contrastive-tau0.05-seed1', 'hard_contrastive', 0.05, 0.0315, None, 1),
+        ('hard_contrastive-tau0.05-seed2', 'hard_contrastive', 0.05, 0.0315, None, 2),
+        ('hard_contrastive-tau0.07-seed0', 'hard_contrastive', 0.07, 0.0315, None, 0),
+        ('hard_contrastive-tau0.07-seed1', 'hard_contrastive', 0.07, 0.0315, None, 1),
+        ('hard_contrastive-tau0.07-seed2', 'hard_contrastive', 0.07, 0.0315, None, 2),
+        ('hard_contrastive-tau0.1-seed0', 'hard_contrastive', 0.1, 0.0315, None, 0),
+        ('hard_contrastive-tau0.1-seed1', 'hard_contrastive', 0.1, 0.0315, None, 1),
+        ('hard_contrastive-tau0.1-seed2', 'hard_contrastive', 0.1, 0.0315, None, 2),
+        ('hard_contrastive-tau0.2-seed0', 'hard_contrastive', 0.2, 0.0315, None, 0),
+        ('hard_contrastive-tau0.2-seed1', 'hard_contrastive', 0.2, 0.0315, None, 1),
+        ('hard_contrastive-tau0.2-seed2', 'hard_contrastive', 0.2, 0.0315, None, 2),
+        ('hard_contrastive-tau0.3-seed0', 'hard_contrastive', 0.3, 0.0315, None, 0),
+        ('hard_contrastive-tau0.3-seed1', 'hard_contrastive', 0.3, 0.0315, None, 1),
+        ('hard_contrastive-tau0.3-seed2', 'hard_contrastive', 0.3, 0.0315, None, 2),
+        ('hard_contrastive-tau0.5-seed0', 'hard_contrastive', 0.5, 0.0315, None, 0),
+        ('hard_contrastive-tau0.5-seed1', 'hard_contrastive', 0.5, 0.0315, None, 1),
+        ('hard_contrastive-tau0.5-seed2', 'hard_contrastive', 0.5, 0.0315, None, 2),
+        ('hard_contrastive-tau0.7-seed0', 'hard_contrastive', 0.7, 0.0315, None, 0),
+        ('hard_contrastive-tau0.7-seed1', 'hard_contrastive', 0.7, 0.0315, None, 1),
+        ('hard_contrastive-tau0.7-seed2', 'hard_contrastive', 0.7, 0.0315, None, 2),
+        ('hard_contrastive-tau1-seed0', 'hard_contrastive', 1.0, 0.0315, None, 0),
+        ('hard_contrastive-tau1-seed1', 'hard_contrastive', 1.0, 0.0315, None, 1),
+        ('hard_contrastive-tau1-seed2', 'hard_contrastive', 1.0, 0.0315, None, 2),
+        ('simple-seed0', 'simple', 0.2, 0.0315, 1.365075898219941e-05, 0),
+        ('simple-seed1', 'simple', 0.2, 0.0315, 1.365075898219941e-05, 1),
+        ('simple-seed2', 'simple', 0.2, 0.0315, 1.365075898219941e-05, 2),
+        ('hard_simple-seed0', 'hard_simple', 0.2, 0.055899858032106585, 0.0002442002442002442, 0),
+        ('hard_simple-seed1', 'hard_simple', 0.2, 0.055899858032106585, 0.0002442002442002442, 1),
+        ('hard_simple-seed2', 'hard_simple', 0.2, 0.055899858032106585, 0.0002442002442002442, 2),
+    ]),
+    'imagenet100-paper': dict(n_train=126689, common={
+        'dataset': 'imagenet100', 'data_root': None, 'download': False, 'image_size': None, 'full_images': True,
+        'backbone': 'resnet50', 'stem': None, 'width': 16, 'norm': 'batch', 'head': 'linear', 'out_dim': 128, 'negatives': 'bank',
+        'bank_momentum': 0.5, 'bank_precision': 'fp32', 'epochs': 200, 'batch_size': 128, 'lr': 0.03, 'momentum': 0.9,
+        'weight_decay': 0.0001, 'lr_drops': [0.8, 0.95], 'warmup_epochs': 0, 'device': 'cuda', 'precision': 'bf16', 'compile': False,
+        'knn_k': 200, 'eval_batch_size': 512, 'eval_every': 5, 'monitor_images': None,
+    }, runs=[
+        ('contrastive-tau0.05-seed0', 'contrastive', 0.05, 0.034, None, 0),
+        ('contrastive-tau0.05-seed1', 'contrastive', 0.05, 0.034, None, 1),
+        ('contrastive-tau0.05-seed2', 'contrastive', 0.05, 0.034, None, 2),
+        ('contrastive-tau0.07-seed0', 'contrastive', 0.07, 0.034, None, 0),
+        ('contrastive-tau0.07-seed1', 'contrastive', 0.07, 0.034, None, 1),
+        ('contrastive-tau0.07-seed2', 'contrastive', 0.07, 0.034, None, 2),
+        ('contrastive-tau0.1-seed0', 'contrastive', 0.1, 0.034, None, 0),
+        ('contrastive-tau0.1-seed1', 'contrastive', 0.1, 0.034, None, 1),
+        ('contrastive-tau0.1-seed2', 'contrastive', 0.1, 0.034, None, 2),
+        ('contrastive-tau0.2-seed0', 'contrastive', 0.2, 0.034, None, 0),
+        ('contrastive-tau0.2-seed1', 'contrastive', 0.2, 0.034, None, 1),
+        ('contrastive-tau0.2-seed2', 'contrastive', 0.2, 0.034, None, 2),
+        ('contrastive-tau0.3-seed0', 'contrastive', 0.3, 0.034, None, 0),
+        ('contrastive-tau0.3-seed1', 'contrastive', 0.3, 0.034, None, 1),
+        ('contrastive-tau0.3-seed2', 'contrastive', 0.3, 0.034, None, 2),
+        ('contrastive-tau0.5-seed0', 'contrastive', 0.5, 0.034, None, 0),
+        ('contrastive-tau0.5-seed1', 'contrastive', 0.5, 0.034, None, 1),
+        ('contrastive-tau0.5-seed2', 'contrastive', 0.5, 0.034, None, 2),
+        ('contrastive-tau0.7-seed0', 'contrastive', 0.7, 0.034, None, 0),
+        ('contrastive-tau0.7-seed1', 'contrastive', 0.7, 0.034, None, 1),
+        ('contrastive-tau0.7-seed2', 'contrastive', 0.7, 0.034, None, 2),
+        ('contrastive-tau1-seed0', 'contrastive', 1.0, 0.034, None, 0), ('contrastive-tau1-seed1', 'contrastive', 1.0, 0.034, None, 1),
+        ('contrastive-tau1-seed2', 'contrastive', 1.0, 0.034, None, 2),
+        ('hard_contrastive-tau0.05-seed0', 'hard_contrastive', 0.05, 0.034, None, 0),
+        ('hard_contrastive-tau0.05-seed1', 'hard_contrastive', 0.05, 0.034, None, 1),
+        ('hard_contrastive-tau0.05-seed2', 'hard_contrastive', 0.05, 0.034, None, 2),
+        ('hard_contrastive-tau0.07-seed0', 'hard_contrastive', 0.07, 0.034, None, 0),
+        ('hard_contrastive-tau0.07-seed1', 'hard_contrastive', 0.07, 0.034, None, 1),
+        ('hard_contrastive-tau0.07-seed2', 'hard_contrastive', 0.07, 0.034, None, 2),
+        ('hard_contrastive-tau0.1-seed0', 'hard_contrastive', 0.1, 0.034, None, 0),
+        ('hard_contrastive-tau0.1-seed1', 'hard_contrastive', 0.1, 0.034, None, 1),
+        ('hard_contrastive-tau0.1-seed2', 'hard_contrastive', 0.1, 0.034, None, 2),
+        ('hard_contrastive-tau0.2-seed0', 'hard_contrastive', 0.2, 0.034, None, 0),
+        ('hard_contrastive-tau0.2-seed1', 'hard_contrastive', 0.2, 0.034, None, 1),
+        ('hard_contrastive-tau0.2-seed2', 'hard_contrastive', 0.2, 0.034, None, 2),
+        ('hard_contrastive-tau0.3-seed0', 'hard_contrastive', 0.3, 0.034, None, 0),
+        ('hard_contrastive-tau0.3-seed1', 'hard_contrastive', 0.3, 0.034, None, 1),
+        ('hard_contrastive-tau0.3-seed2', 'hard_contrastive', 0.3, 0.034, None, 2),
+        ('hard_contrastive-tau0.5-seed0', 'hard_contrastive', 0.5, 0.034, None, 0),
+        ('hard_contrastive-tau0.5-seed1', 'hard_contrastive', 0.5, 0.034, None, 1),
+        ('hard_contrastive-tau0.5-seed2', 'hard_contrastive', 0.5, 0.034, None, 2),
+        ('hard_contrastive-tau0.7-seed0', 'hard_contrastive', 0.7, 0.034, None, 0),
+        ('hard_contrastive-tau0.7-seed1', 'hard_contrastive', 0.7, 0.034, None, 1),
+        ('hard_contrastive-tau0.7-seed2', 'hard_contrastive', 0.7, 0.034, None, 2),
+        ('hard_contrastive-tau1-seed0', 'hard_contrastive', 1.0, 0.034, None, 0),
+        ('hard_contrastive-tau1-seed1', 'hard_contrastive', 1.0, 0.034, None, 1),
+        ('hard_contrastive-tau1-seed2', 'hard_contrastive', 1.0, 0.034, None, 2),
+        ('simple-seed0', 'simple', 0.2, 0.034, 7.893407426117707e-06, 0),
+        ('simple-seed1', 'simple', 0.2, 0.034, 7.893407426117707e-06, 1),
+        ('simple-seed2', 'simple', 0.2, 0.034, 7.893407426117707e-06, 2),
+        ('hard_simple-seed0', 'hard_simple', 0.2, 0.032323503409952006, 0.0002442002442002442, 0),
+        ('hard_simple-seed1', 'hard_simple', 0.2, 0.032323503409952006, 0.0002442002442002442, 1),
+        ('hard_simple-seed2', 'hard_simple', 0.2, 0.032323503409952006, 0.0002442002442002442, 2),
+    ]),
+}
+
+
+@pytest.mark.parametrize("name", list(FROZEN_PLANS))
+def test_every_preset_plans_exactly_the_runs_it_planned_before(name):
+    frozen = FROZEN_PLANS[name]
+    configs = study_configs(name, frozen["n_train"])
+    assert [run_name(c) for c in configs] == [r[0] for r in frozen["runs"]]
+    want = [dict(frozen["common"], loss=loss, tau=tau, alpha=alpha, lam=lam, seed=seed) for _, loss, tau, alpha, lam, seed in frozen["runs"]]
+    assert [json.loads(json.dumps(c.to_dict())) for c in configs] == want  # every field, every float to the last bit
+
+
+def test_a_preset_changes_by_replace_on_its_axes_and_on_its_base():
+    smoke = get_preset("smoke")
+    assert [run_name(c) for c in study_configs(dataclasses.replace(smoke, taus=(0.3,)), 1438)][:3] == [
+        "contrastive-tau0.3-seed0", "contrastive-tau0.3-seed1", "hard_contrastive-tau0.3-seed0"]
+    assert [run_name(c) for c in study_configs(dataclasses.replace(smoke, losses=("simple", "contrastive")), 1438)] == [
+        "simple-seed0", "simple-seed1", "contrastive-tau0.1-seed0", "contrastive-tau0.1-seed1", "contrastive-tau0.5-seed0",
+        "contrastive-tau0.5-seed1"]
+    cifar = dataclasses.replace(smoke, dataset="cifar10", width=8)
+    assert (cifar.dataset, cifar.base.dataset, cifar.width) == ("cifar10", "cifar10", 8) and cifar.taus == smoke.taus
+    assert {(c.dataset, c.width) for c in study_configs(cifar, 50_000)} == {("cifar10", 8)}
+    assert smoke.with_base(dataset="cifar10", width=8) == cifar and PRESETS["smoke"] is smoke and smoke.dataset == "digits"
+    assert dataclasses.replace(smoke, taus=[1, 0.5]).taus == (1.0, 0.5)  # a list (the command line's) becomes the tuple a preset holds
+    old_form = dataclasses.replace(get_preset("digits"), simple_losses=False)  # the keyword of presets before `losses`
+    assert old_form.losses == ("contrastive", "hard_contrastive") and not old_form.simple_losses and len(study_configs(old_form, 1438)) == 36
+
+
+@pytest.mark.parametrize("change, error, says", [
+    (dict(taus=()), ValueError, "taus must name at least one"),
+    (dict(taus=(0.1, -0.2)), ValueError, "each of taus must be one of positive, finite temperatures, got -0.2"),
+    (dict(seeds=(0, 0)), ValueError, "seeds must not repeat a value"),
+    (dict(losses="contrastive"), ValueError, "losses must be a sequence of loss names"),
+    (dict(losses=("contrastive", "no_such_loss")), ValueError, "no_such_loss"),
+    (dict(tau=0.3), ValueError, r"tau is swept by the preset: give it through taus=\(\.\.\.\)"),
+    (dict(loss="simple"), ValueError, r"losses=\(\.\.\.\)"),
+    (dict(widht=8), TypeError, "unknown argument\\(s\\) widht"),
+    (dict(width=0), ValueError, "width"),
+    (dict(hard_simple_k=0), ValueError, "hard_simple_k must be an integer >= 1 or None, got 0"),
+    (dict(extend_epochs=10), ValueError, "max_epochs must be an integer >= epochs \\+ extend_epochs \\(13\\)"),
+    (dict(base={"epochs": 3}), ValueError, "base must be a PretrainConfig, got a dict"),
+])
+def test_a_bad_preset_names_its_argument(change, error, says):
+    with pytest.raises(error, match=says):
+        dataclasses.replace(get_preset("smoke"), **change)
+
+
+def test_a_preset_reads_its_base_prints_as_its_call_and_travels():
+    import pickle
+    digits = get_preset("digits")
+    assert (digits.epochs, digits.width, digits.device) == (digits.base.epochs, digits.base.width, digits.base.device) == (200, 8, "auto")
+    with pytest.raises(AttributeError, match="tau"): digits.tau  # swept: a preset has taus, not a tau
+    for p in PRESETS.values():
+        assert eval(repr(p), {"StudyPreset": StudyPreset}) == p and pickle.loads(pickle.dumps(p)) == p and hash(p) == hash(dataclasses.replace(p))
+    assert repr(get_preset("smoke")).startswith("StudyPreset('smoke', width=4, epochs=3, warmup_epochs=1, taus=(0.1, 0.5), seeds=(0, 1)")
+    assert StudyPreset("plain").base == __import__("ctl_explore.train", fromlist=["PretrainConfig"]).PretrainConfig(epochs=30, precision="fp32")
+
+
+def test_losses_without_a_temperature_come_from_the_loss_registry():
+    assert [takes_tau(n) for n in ("contrastive", "hard_contrastive", "simple", "hard_simple")] == [True, True, False, False]
+    p = dataclasses.replace(get_preset("smoke"), losses=("hard_simple",), seeds=(0,))
+    (config,) = study_configs(p, 1438)
+    assert (run_name(config), config.tau, config.lam) == ("hard_simple-seed0", 0.2, 1 / 118)  # the base's τ, unused; Eq 7's 1/K
+
+
+def test_the_smoke_preset_with_one_loss_is_a_whole_study(tmp_path):
+    torch.set_num_threads(1)
+    one = dataclasses.replace(get_preset("smoke"), losses=("contrastive",), seeds=(0,), linear_epochs=1)
+    rows = run_study(one, tmp_path / "one", quiet=True, workers=1)
+    assert [r["run"] for r in rows] == ["contrastive-tau0.1-seed0", "contrastive-tau0.5-seed0"]
+    assert [p["run"] for p in sr.study_plan(one, n_train=1438)] == [r["run"] for r in rows]
+    check_shipped(one, rows)
+    text = write_report(rows, tmp_path / "one", one).read_text()
+    assert "contrastive-tau0.5-seed0" in text and "inconclusive" in text
+
+
+def test_the_shipped_study_is_what_the_digits_preset_plans():
+    rows = load_results(ROOT / "data" / "study-digits" / "results.json")
+    digits = get_preset("digits")
+    check_shipped(digits, rows)  # a grid, seed or schedule change without new data fails below, naming what differs
+    for changed, says in [
+        (dataclasses.replace(digits, taus=digits.taus + (0.7,)), "6 planned run\\(s\\) have no row: contrastive τ=0.7 seed 0"),
+        (dataclasses.replace(digits, seeds=(0, 1)), "row\\(s\\) of runs the preset does not plan: contrastive τ=0.05 seed 2"),
+        (dataclasses.replace(digits, losses=digits.losses[:3]), "hard_simple seed 0"),
+        (digits.with_base(warmup_epochs=10), "'warmup_epochs': \\(20, 10\\)"),
+        (dataclasses.replace(digits, extend_epochs=0, max_epochs=None), "'epochs': \\(250, 200\\)"),  # the stretched runs
+    ]:
+        with pytest.raises(StudyError, match=says):
+            check_shipped(changed, rows)
+    with pytest.raises(StudyError, match="2 rows for the one run contrastive τ=0.05 seed 0"):
+        check_shipped(digits, rows + rows[:1])
+
+
+def test_a_report_renders_the_rows_of_a_loss_the_findings_do_not_know(tmp_path):
+    from ctl_explore.losses import loss_spec
+    rows = load_results(ROOT / "data" / "study-digits" / "results.json")
+    # the triplet limit (Eq 6) trains like any registered loss, and no finding speaks of it
+    other = [{**r, "loss": "triplet_limit", "run": r["run"].replace("contrastive", "triplet_limit"),
+              "config": {**r["config"], "loss": "triplet_limit"}} for r in rows if r["loss"] == "contrastive"]
+    text = write_report(rows + other, tmp_path).read_text()
+    assert "runs failed" not in text  # measured rows, none turned into failed ones
+    assert all(f"<tr><td>{r['run']}</td><td>{r['config']['epochs']}</td>" in text for r in other)  # each in the criteria table
+    for name in ("contrastive", "hard_simple"):  # Table 1 names each loss by its registered label and colour
+        assert f"<span style='color:{loss_spec(name).color}'>&#9632;</span> {loss_spec(name).label}</td>" in text
+
+
+def test_the_report_builds_its_html_from_templates():
+    import inspect
+    source = inspect.getsource(sr.write_report)
+    assert "<tr>" not in source and "<p" not in source  # every piece of HTML is a string.Template of the module
