@@ -25,8 +25,8 @@ from .metrics import sphere_uniformity_limit, tolerance, uniformity
 # %% auto #0
 __all__ = ['EXPLORABLE_KINDS', 'FALLBACK_NOTE', 'EXPLORABLES_JS', 'REPLAY_TAUS', 'TAU_FREE', 'FRAME_SCALE', 'EXPLORABLES_CSS',
            'EXPLORABLES_PAGE', 'STUDY_RESULTS', 'RANDBIT_RESULTS', 'negative_draws', 'explorer_spec', 'explorable_html',
-           'Explorable', 'replay_run', 'takes_tau', 'playground_spec', 'explorable_for_widget', 'figure_stepper',
-           'study_stepper', 'plane_stepper', 'randbit_stepper', 'explorables_page']
+           'Explorable', 'replay_run', 'playground_spec', 'explorable_for_widget', 'figure_stepper', 'study_stepper',
+           'plane_stepper', 'randbit_stepper', 'explorables_page']
 
 # %% ../nbs/92_static_explorables.ipynb #x009
 def negative_draws(
@@ -564,11 +564,11 @@ def replay_run(
 
 # %% ../nbs/92_static_explorables.ipynb #x025
 REPLAY_TAUS = (0.05, 0.2, 1.0, 5.0)  # the temperatures replayed for the τ-losses
-def takes_tau(loss: str) -> bool:
+def _takes_tau(loss: str) -> bool:
     "Whether the registered loss `loss` takes a temperature; the playground replays the others once, for every τ."
     return "tau" in loss_spec(loss).params
 
-TAU_FREE = tuple(l for l in playground_losses() if not takes_tau(l))  # ("simple", "hard_simple"): one run each
+TAU_FREE = tuple(l for l in playground_losses() if not _takes_tau(l))  # ("simple", "hard_simple"): one run each
 FRAME_SCALE = 32767                   # a coordinate x is sent as round(FRAME_SCALE · x), an int16
 
 def _encode(frames: torch.Tensor) -> str:
@@ -605,8 +605,8 @@ def _replays(loss, tau, alpha, lam, lr, sigma, seed, n_classes, per_class, sprea
     menu = playground_losses()
     if loss not in menu: raise ValueError(f"loss must be one of {tuple(menu)}, got {loss!r}")
     tau, alpha = _checked("tau", tau, *TAU_RANGE), _checked("alpha", alpha, *ALPHA_RANGE)
-    taus = tuple(sorted({_checked("taus", t, *TAU_RANGE) for t in taus} | ({tau} if takes_tau(loss) else set())))
-    jobs = [(name, t) for name in menu for t in (taus if takes_tau(name) else (taus[0],))]
+    taus = tuple(sorted({_checked("taus", t, *TAU_RANGE) for t in taus} | ({tau} if _takes_tau(loss) else set())))
+    jobs = [(name, t) for name in menu for t in (taus if _takes_tau(name) else (taus[0],))]
     cluster = dict(n_classes=n_classes, per_class=per_class, spread=spread)
     bar = None
     if progress:
@@ -622,8 +622,8 @@ def _replays(loss, tau, alpha, lam, lr, sigma, seed, n_classes, per_class, sprea
     finally:
         if bar is not None: bar.close()
     template, (sphere, history) = _figure_dicts(_explorer._sphere_figure(n_classes), _explorer._history_figure())
-    return dict(kind="hypersphere-replay", state=dict(loss=loss, tau=tau if takes_tau(loss) else taus[0], frame=0),
-                losses=list(menu), loss_labels=menu, taus=list(taus), tau_free=[l for l in menu if not takes_tau(l)],
+    return dict(kind="hypersphere-replay", state=dict(loss=loss, tau=tau if _takes_tau(loss) else taus[0], frame=0),
+                losses=list(menu), loss_labels=menu, taus=list(taus), tau_free=[l for l in menu if not _takes_tau(l)],
                 frame_steps=run["frame_steps"], labels=run["labels"].tolist(), n_classes=n_classes, scale=FRAME_SCALE,
                 uniformity_range=_padded([u for r in runs for u in r["uniformity"]]),
                 tolerance_range=_padded([v for r in runs for v in r["tolerance"]]),
@@ -687,14 +687,14 @@ def study_stepper(rows: list[dict]) -> dict:
     losses = list(dict.fromkeys(r["loss"] for r in rows))  # in the order the study ran them
     taus = sorted({r["tau"] for r in rows if r["tau"] is not None})
     def draw(loss, tau):
-        cell = [r for r in rows if r["loss"] == loss and (not takes_tau(loss) or r["tau"] == tau)]
-        label = loss_spec(loss).label + (f", τ = {tau:g}" if takes_tau(loss) else "")
+        cell = [r for r in rows if r["loss"] == loss and (not _takes_tau(loss) or r["tau"] == tau)]
+        label = loss_spec(loss).label + (f", τ = {tau:g}" if _takes_tau(loss) else "")
         if not cell: return [go.Figure(), go.Figure()], f"<b>{label}</b>: no run in this study"
         mean = lambda key: sum(r[key] for r in cell) / len(cell)
         spread = lambda key: max(r[key] for r in cell) - min(r[key] for r in cell)
         note = (f"<b>{label}</b>: {len(cell)} runs; linear accuracy {mean('linear_top1'):.3f} (seeds within {spread('linear_top1'):.3f}), "
                 f"uniformity {mean('uniformity'):.3f}, tolerance {mean('tolerance'):.3f}"
-                + ("" if takes_tau(loss) else " (this loss has no τ: the same runs at every τ)"))
+                + ("" if _takes_tau(loss) else " (this loss has no τ: the same runs at every τ)"))
         return [trajectory_figure(cell), _profile_figure(cell, "[WL21] Fig 8: the positive, then the 10 nearest negatives")], note
     index = taus.index(0.2) if 0.2 in taus else 0
     return figure_stepper({"loss": ("loss", [(loss_spec(l).label, l) for l in losses], 0),

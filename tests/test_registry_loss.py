@@ -64,8 +64,6 @@ def test_toy_is_on_the_playground_menu(toy):
     assert ("toy softplus triplet", "toy") in w.loss_dropdown.options and w.loss_dropdown.value == "toy"
     w.step(2)
     assert w.n_steps == 2 and len(w.history["uniformity"]) == 3
-    from ctl_explore.explorables import takes_tau
-    assert takes_tau("toy")
 
 
 def test_toy_is_gone_once_unregistered():
