@@ -29,8 +29,8 @@ from .distributed import (
     DIST_TIMEOUT_ENV, DIST_TIMEOUT_S, GlobalBatchNorm, ProcessGroupError, _abort_distributed, _check_device_name, _distributed,
     _gather, _init_distributed, _on_rank_0_first, dist_timeout, distributed_net, global_batchnorm, resolve_device)
 from .distributed import _peer_failure as _lost_peer
-from .generalized import FEATURE_LOSS_NAMES, FEATURE_LOSS_PARAMS, apply_feature_loss
-from .losses import LOSS_NAMES, LOSS_PARAMS, n_informative
+from .generalized import FEATURE_LOSS_NAMES, apply_feature_loss
+from .losses import LOSS_NAMES, loss_names, loss_spec
 from .memory_bank import MemoryBank, batch_loss
 from .metrics import alignment, knn_accuracy, tolerance, uniformity
 from .models import BACKBONES, HEADS, NORMS, STEMS, Encoder, build_encoder
@@ -79,8 +79,6 @@ SEED_BOUND = 2**40                   # the run derives seeds as seed·1,000,003 
 def _is_int(v) -> bool: return isinstance(v, int) and not isinstance(v, bool)  # for the checks whose message says more
 def _is_number(v) -> bool: return isinstance(v, (int, float)) and not isinstance(v, bool)
 
-_LOSS_TAKES = {**LOSS_PARAMS, **FEATURE_LOSS_PARAMS}  # each loss's hyper-parameters
-
 COMPILE_MODES = (False, True, "step")  # nothing, the encoder ("encoder" is a synonym of True), the whole training step
 
 def _check_compile(value) -> bool | str:
@@ -91,41 +89,40 @@ def _check_compile(value) -> bool | str:
 
 @dataclass
 class PretrainConfig:
-    "Everything that defines a pretraining run. Defaults: the embedded digits on a CPU, in about a minute."
-    dataset: str = "digits"            # one of ctl_explore.data.DATASETS
-    data_root: str | None = None       # where the dataset's files are (default: ctl_explore.data.data_root())
-    download: bool = False             # cifar10, cifar100, svhn: download if missing
-    image_size: int | None = None      # default per dataset (16 for digits, 32 for CIFAR/SVHN)
-    full_images: bool = False          # imagenet100: 224-px crops of the full-resolution files, as [WL21] (lesson 04)
-    backbone: str = "convnet"          # one of ctl_explore.models.BACKBONES
-    stem: str | None = None            # the ResNets' stem, one of ctl_explore.models.STEMS; None: the paper's for the backbone
-    width: int = 16                    # the ConvNet's base width
-    norm: str = "batch"                # the ConvNet's normalisation: "batch" or "group"
-    head: str = "linear"               # projection head: "linear" ([WL21]) or "mlp" ([CLL20])
-    out_dim: int = 128                 # embedding size
-    loss: str = "contrastive"          # one of PRETRAIN_LOSSES: LOSS_NAMES, or FEATURE_LOSS_NAMES with negatives="batch"
-    tau: float = 0.2                   # temperature (contrastive, hard_contrastive, the two limits, nt_xent, dcl, decoupled_nt_xent, align_logsumexp)
-    alpha: float = 0.0819              # fraction of negatives kept (hard_contrastive, hard_simple)
-    lam: float | None = None           # weight λ of the negatives (simple, hard_simple) or of the distribution loss (decoupled_nt_xent, align_*); None: default_lam
-    negatives: str = "bank"            # "bank": memory bank of the whole dataset; "batch": the other views of the batch
+    "Everything that defines a pretraining run. Defaults: the embedded digits on a CPU, in about a minute. Each field's comment is its `--option`'s help."
+    dataset: str = "digits"            # the dataset (default: digits, which ships with scikit-learn)
+    data_root: str | None = None       # folder with the dataset's files (default: $CTL_EXPLORE_DATA or ~/.cache/ctl_explore/data)
+    download: bool = False             # download cifar10 / cifar100 / svhn if missing
+    image_size: int | None = None      # side of the images in pixels (default: 16 digits, 32 CIFAR/SVHN, 64 ImageNet100)
+    full_images: bool = False          # imagenet100: random resized 224-px crops of the full-resolution files, as [WL21] (default: a pre-decoded square tensor)
+    backbone: str = "convnet"          # encoder backbone
+    stem: str | None = None            # the ResNets' stem (default: cifar for resnet18, imagenet for resnet50, as [WL21])
+    width: int = 16                    # base width of the small ConvNet
+    norm: str = "batch"                # the ConvNet's normalisation (group makes multi-process CPU runs exact)
+    head: str = "linear"               # projection head: [WL21]'s linear one, or [CLL20]'s 2-layer mlp
+    out_dim: int = 128                 # embedding dimension
+    loss: str = "contrastive"          # loss: a similarity loss of lesson 00, or a feature loss of [CLL20] (lesson 11), which needs negatives batch
+    tau: float = 0.2                   # temperature τ (contrastive, hard_contrastive, triplet_limit, simple_limit, nt_xent, dcl, decoupled_nt_xent, align_logsumexp)
+    alpha: float = 0.0819              # fraction of negatives kept by the hard losses ([WL21]: 0.0819 CIFAR, 0.0315 SVHN, 0.034 ImageNet100)
+    lam: float | None = None           # weight λ of the negatives in simple and hard_simple (default: [WL21] Eq 7's λ = 1/K, K the negatives the loss sees: the bank's n_train − 1 other rows or the batch's 2B − 2 other views; for hard_simple the ⌈αK⌉ it keeps), or of the distribution loss in decoupled_nt_xent, align_logsumexp and align_swd (default: 1)
+    negatives: str = "bank"            # where negatives come from: the memory bank of the whole dataset, or the other views of the batch
     bank_momentum: float = 0.5         # memory-bank moving-average momentum
-    bank_precision: str = "fp32"       # memory-bank storage: "fp32", or "bf16", a CPU option (half the memory; faster on some CPUs);
-                                       # on CUDA bf16 halves the memory only: the similarities are computed in float32 there
-    epochs: int = 50
-    batch_size: int = 128              # the global batch, over all processes
-    lr: float = 0.03
-    momentum: float = 0.9
-    weight_decay: float = 5e-4
-    lr_drops: tuple[float, ...] = (0.8, 0.95)  # fractions of the epochs after which lr is multiplied by 0.1
-    warmup_epochs: int = 0             # linear learning-rate warm-up: lr·(e+1)/warmup_epochs during epoch e < warmup_epochs
-    seed: int = 0
-    device: str = "auto"               # "auto" (CUDA if available), "cpu", "cuda", "cuda:1", ...
-    precision: str = "auto"            # "auto": bf16 on CUDA, fp32 on the CPU (the run records which); "fp32"; "bf16" autocast
-    compile: bool | str = False        # False; True or "encoder": torch.compile the encoder; "step": the whole training step (CUDA)
-    knn_k: int = 200                   # neighbours of the weighted kNN monitor
-    eval_batch_size: int = 512
-    eval_every: int = 1                # measure the embedding every this many epochs, and after the last one
-    monitor_images: int | None = None  # the kNN monitor's bank: a fixed random subset of this many training images; None: all
+    bank_precision: str = "fp32"       # memory-bank storage. bf16 is a CPU option: half the memory, faster bank similarities on some CPUs (time it: benchmarks/bench_memory_bank.py), the bank's rows rounded to ~3 digits; on CUDA it halves the memory only (the similarities are computed in float32 there) (default: fp32)
+    epochs: int = 50                   # pretraining epochs
+    batch_size: int = 128              # global batch size (over all processes)
+    lr: float = 0.03                   # SGD learning rate
+    momentum: float = 0.9              # SGD momentum
+    weight_decay: float = 5e-4         # SGD weight decay
+    lr_drops: tuple[float, ...] = (0.8, 0.95) # fractions of the epochs after which lr is multiplied by 0.1 ([WL21]: 160 and 190 of 200)
+    warmup_epochs: int = 0             # epochs of linear learning-rate warm-up, lr·(e+1)/warmup in epoch e (0: none, as in [WL21])
+    seed: int = 0                      # random seed (model, bank, shuffling, augmentation)
+    device: str = "auto"               # auto, cpu, cuda, cuda:N; under torchrun, auto and cuda give each process the GPU of its LOCAL_RANK (cuda:N is refused there: it cannot differ per process) (default: auto)
+    precision: str = "auto"            # auto (bf16 autocast on CUDA, fp32 on the CPU; recorded in the run's config), fp32, or bf16 (autocast)
+    compile: bool | str = False        # torch.compile: --compile (or --compile encoder) the encoder; --compile step the whole training step (augmentation given its random numbers, forward, loss, backward, update); for CUDA (default: off)
+    knn_k: int = 200                   # neighbours of the kNN monitor
+    eval_batch_size: int = 512         # batch size when embedding for the epoch's measurements
+    eval_every: int = 1                # measure uniformity, tolerance, alignment and kNN accuracy every N epochs, and after the last
+    monitor_images: int | None = None  # the kNN monitor's bank: a fixed random subset of N training images, for large datasets where embedding all of them each epoch costs much (default: all)
 
     def __post_init__(self):
         if not isinstance(self.lr_drops, (tuple, list)): raise ValueError(f"lr_drops must be a sequence of fractions, got {self.lr_drops!r}")
@@ -134,16 +131,16 @@ class PretrainConfig:
         self.compile = _check_compile(self.compile)
         if self.data_root is not None and not isinstance(self.data_root, str):
             raise ValueError(f"data_root must be a folder's name (a str) or None, got {self.data_root!r}")
-        choices = dict(dataset=DATASETS, backbone=BACKBONES, norm=NORMS, head=HEADS, loss=PRETRAIN_LOSSES,
+        choices = dict(dataset=DATASETS, backbone=BACKBONES, norm=NORMS, head=HEADS, loss=loss_names(),
                        negatives=NEGATIVES, precision=PRECISION_CHOICES, bank_precision=PRECISIONS)
         for name, allowed in choices.items(): check_choice(name, getattr(self, name), allowed)
         if self.full_images and self.dataset != "imagenet100":
             raise ValueError(f"full_images applies to imagenet100 only, not {self.dataset!r}")
         if self.stem is not None and (self.stem not in STEMS or self.backbone == "convnet"):
             raise ValueError(f"stem must be None or one of {STEMS} for a ResNet backbone, got {self.stem!r} for {self.backbone!r}")
-        if self.loss in FEATURE_LOSS_PARAMS and self.negatives != "batch":
+        if loss_spec(self.loss).level == "feature" and self.negatives != "batch":
             raise ValueError(f"loss {self.loss!r} compares the two views of each batch, so it needs negatives='batch' "
-                             f"(got negatives={self.negatives!r}); the memory bank serves only {', '.join(LOSS_NAMES)}")
+                             f"(got negatives={self.negatives!r}); the memory bank serves only {', '.join(loss_names('similarity'))}")
         # the checks return plain Python values (a NumPy integer becomes an int), so that the configuration writes as JSON
         for name in ("epochs", "knn_k", "eval_batch_size", "eval_every"): setattr(self, name, check_int(name, getattr(self, name), 1))
         for name in ("width", "out_dim"): setattr(self, name, check_int(name, getattr(self, name), 1, MAX_SIZES[name][0], why=MAX_SIZES[name][1]))
@@ -158,7 +155,7 @@ class PretrainConfig:
         self.lr = check_in_range("lr", self.lr, 0, MAX_LR, low_open=True, why="SGD applies it as a float32, whose largest value is 3.4e38; the paper's is 0.03")
         self.weight_decay = check_in_range("weight_decay", self.weight_decay, 0, MAX_WEIGHT_DECAY, why="SGD applies it as a float32, whose largest value is 3.4e38; the paper's is 5e-4")
         if self.lam is not None: self.lam = check_nonnegative("lam", self.lam)
-        if "lam" not in _LOSS_TAKES[self.loss]: self.lam = None  # a λ the loss never reads: configs that differ only there are one run
+        if "lam" not in loss_spec(self.loss).params: self.lam = None  # a λ the loss never reads: configs that differ only there are one run
         self.alpha = check_in_range("alpha", self.alpha, 0, 1, low_open=True)
         for name in ("momentum", "bank_momentum"): setattr(self, name, check_in_range(name, getattr(self, name), 0, 1, high_open=True))
         self.seed = check_int("seed", self.seed, -SEED_BOUND, SEED_BOUND, why="the run derives its generators' seeds as "
@@ -167,7 +164,7 @@ class PretrainConfig:
 
     def loss_params(self, n_negatives: int | None = None) -> dict:
         "The hyper-parameters the loss takes, λ resolved by `default_lam` when unset (`n_negatives`: the K it sees), e.g. {'tau': 0.2}."
-        params = {p: getattr(self, p) for p in _LOSS_TAKES[self.loss]}
+        params = {p: getattr(self, p) for p in loss_spec(self.loss).params}
         if params.get("lam", 0.0) is None: params["lam"] = default_lam(self.loss, n_negatives, self.alpha)
         return params
 
@@ -185,13 +182,15 @@ def default_lam(
     n_negatives: int | None = None, # K, the negatives the loss sees (needed by simple and hard_simple)
     alpha: float = 0.0819,          # hard_simple: the fraction of the negatives it keeps
 ) -> float:
-    "λ when none is given: [WL21] Eq 7's 1/K for simple (1/⌈αK⌉ for hard_simple, over the negatives it keeps); 1 for decoupled_nt_xent and align_* (the colab's default weight)."
-    if loss in ("decoupled_nt_xent", "align_logsumexp", "align_swd"): return 1.0
-    if loss not in ("simple", "hard_simple"): raise ValueError(f"the {loss} loss takes no λ")
+    "λ when none is given, as the loss registry of lesson 00 declares it (`loss_spec(loss).default_lam`): [WL21] Eq 7's 1/K for simple (1/⌈αK⌉ for hard_simple, over the negatives it keeps); 1 for decoupled_nt_xent and align_* (the colab's default weight)."
+    default = loss_spec(loss).default_lam if loss in loss_names() else None
+    if default is None: raise ValueError(f"the {loss} loss takes no λ")
+    try: return default(None, alpha)  # a λ that does not depend on K, such as the colab's 1
+    except (TypeError, ValueError): pass
     if not _is_int(n_negatives) or n_negatives < 1:
         raise ValueError(f"the {loss} loss's default λ is 1/K ([WL21] Eq 7), so it needs n_negatives, the number K >= 1 of "
                          f"negatives the loss sees; got {n_negatives!r} (or give lam explicitly)")
-    return 1 / (n_informative(n_negatives, alpha) if loss == "hard_simple" else n_negatives)
+    return default(n_negatives, alpha)
 
 def negatives_seen(config: PretrainConfig, n_train: int) -> int:
     "K, the negatives each anchor's loss sees: the bank's other n_train − 1 rows, or the 2B − 2 other views of its batch."
@@ -347,7 +346,7 @@ def _check_encoder_takes(model: Encoder, train: ImageData, augment: TwoViewAugme
 
 def _diverged(config: PretrainConfig, epoch: int, lr: float, what: str) -> TrainingDivergedError:
     hints = [f"lower the learning rate (--lr, now {config.lr:g})"]
-    if "tau" in _LOSS_TAKES[config.loss]: hints.append(f"raise τ (--tau, now {config.tau:g})")
+    if "tau" in loss_spec(config.loss).params: hints.append(f"raise τ (--tau, now {config.tau:g})")
     warm = "" if config.warmup_epochs else "; a warm-up (--warmup-epochs) can help too"
     return TrainingDivergedError(f"training diverged at epoch {epoch + 1} ({what}): {' or '.join(hints)}{warm}")
 
@@ -408,7 +407,7 @@ def training_step(
         z = state.net(x[0] if len(x) == 1 else torch.cat(x)).float()
     try:
         if bank is not None: loss = bank.loss(z, idx[part], config.loss, **loss_params)
-        elif config.loss in FEATURE_LOSS_PARAMS:  # SWD's random projections come from the run's generator: resumable
+        elif loss_spec(config.loss).level == "feature":  # SWD's random projections come from the run's generator: resumable
             loss = apply_feature_loss(config.loss, z[:n], z[n:], state.generator, **loss_params)
         else: loss = batch_loss(z[:n], z[n:], config.loss, **loss_params)
     except ValueError:  # with the value checks on, the losses refuse non-finite inputs: NaN embeddings come from NaN weights

@@ -14,7 +14,8 @@ import torch.distributed as dist
 
 import ctl_explore.distributed as distributed_mod
 import ctl_explore.train as train_mod
-from ctl_explore.checks import count_host_syncs, value_checks
+from ctl_explore.checks import value_checks
+from ctl_explore.debug import count_host_syncs
 from ctl_explore.data import TwoViewAugment, augment_view, load_dataset
 from ctl_explore.memory_bank import MemoryBank
 from ctl_explore.train import (TIMING_KEYS, CheckpointError, PretrainConfig, build_model, load_checkpoint, monitor_rows,

@@ -19,7 +19,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from ctl_explore.checks import count_host_syncs, value_checks
+from ctl_explore.checks import value_checks
+from ctl_explore.debug import count_host_syncs
 from ctl_explore.data import TwoViewAugment
 from ctl_explore.memory_bank import MemoryBank
 from ctl_explore.distributed import DIST_TIMEOUT_ENV, GlobalBatchNorm, ProcessGroupError, distributed_net, global_batchnorm
