@@ -32,21 +32,21 @@ from tqdm.auto import tqdm
 
 from .data import TwoViewAugment, load_dataset
 from .linear_eval import LinearEvalConfig, linear_eval
-from .losses import n_informative
+from .losses import loss_names, loss_spec, n_informative
 from .metrics import alignment, similarity_profile, tolerance, uniformity
 from .train import (EXECUTION_KEYS, CheckpointError, PretrainConfig, RunBusyError, build_model, resolve_device, embed,
                     load_checkpoint, lr_at, pretrain, run_identity, run_lock, save_checkpoint, threads_for, write_json_atomic)
 
 # %% auto #0
 __all__ = ['CRITERIA', 'KNN_CRITERIA', 'MIN_WINDOW_POINTS', 'RESULT_FORMAT', 'RESULT_KEYS', 'TRAJECTORY_KEYS', 'SIGNIFICANCE',
-           'BEST_TAUS', 'EQUIVALENCE', 'VERDICTS', 'FINDINGS', 'CLAIMS', 'RULES', 'STUDY_TAUS', 'NOISE_SD',
-           'LOSS_STYLE', 'FIGURE_OF', 'HISTORY', 'effective_rank', 'collapse_diagnostics', 'Criteria', 'first_drop',
-           'window_epochs', 'check_run', 'neighbour_purity', 'run_embeddings', 'measure_run', 'usable', 'metric_value',
-           'summarize', 'curve', 'Trend', 'trend', 'noise_margin', 'Difference', 'accuracy_gap', 'pooled_variance',
-           'difference', 'direction_verdict', 'combine_verdicts', 'Finding', 'Part', 'Judged', 'FindingRule',
-           'register_finding', 'rule_text', 'Judging', 'TrendClaim', 'findings', 'resample_seeds', 'verdict_stability',
-           'dependence', 'agreeing_means', 'made_up_study', 'null_tables', 'false_alarm_rates', 'study_figures',
-           'trajectory_figure', 'table1', 'report_sections']
+           'BEST_TAUS', 'EQUIVALENCE', 'VERDICTS', 'FINDINGS', 'CLAIMS', 'RULES', 'NOISE_SD', 'FIGURE_OF', 'HISTORY',
+           'effective_rank', 'collapse_diagnostics', 'Criteria', 'first_drop', 'window_epochs', 'check_run',
+           'neighbour_purity', 'run_embeddings', 'measure_run', 'usable', 'metric_value', 'summarize', 'curve', 'Trend',
+           'trend', 'noise_margin', 'Difference', 'accuracy_gap', 'pooled_variance', 'difference', 'direction_verdict',
+           'combine_verdicts', 'Finding', 'Part', 'Judged', 'FindingRule', 'register_finding', 'rule_text', 'Judging',
+           'TrendClaim', 'findings', 'resample_seeds', 'verdict_stability', 'dependence', 'agreeing_means',
+           'made_up_study', 'null_tables', 'false_alarm_rates', 'study_figures', 'trajectory_figure', 'table1',
+           'report_sections']
 
 # %% ../nbs/09_temperature_study.ipynb #8a4db458
 def effective_rank(x: torch.Tensor) -> float:
@@ -468,10 +468,11 @@ def _trend_rule(what: str) -> str:
     return (f"{what}: over all τ and seeds Spearman's ρ with the paper's sign (permutation test), and between every pair of "
             "neighbouring τ no significant change against it (a reversal)")
 
-def rule_text(number: int, m: int) -> str:
-    "Finding `number`'s rule (from `FINDINGS`), for `m` tests (each at level SIGNIFICANCE / m)."
-    if number not in FINDINGS: raise ValueError(f"number must be one of the registered findings {tuple(sorted(FINDINGS))}, got {number!r}")
-    return (f"{FINDINGS[number].rule}; {m} test{'s' if m != 1 else ''}, each at p < {SIGNIFICANCE:g}/{m} = {SIGNIFICANCE / max(1, m):.4f} "
+def rule_text(number: int, m: int, registry: dict | None = None) -> str:
+    "Finding `number`'s rule (from `registry`, default `FINDINGS`), for `m` tests (each at level SIGNIFICANCE / m)."
+    registry = FINDINGS if registry is None else registry
+    if number not in registry: raise ValueError(f"number must be one of the registered findings {tuple(sorted(registry))}, got {number!r}")
+    return (f"{registry[number].rule}; {m} test{'s' if m != 1 else ''}, each at p < {SIGNIFICANCE:g}/{m} = {SIGNIFICANCE / max(1, m):.4f} "
             f"(family-wise {SIGNIFICANCE:g} per finding); accuracies compared image by image where rows record it")
 
 def _cells_text(rows, metric, loss="contrastive") -> str:
@@ -667,7 +668,7 @@ def _judge(all_rows: list[dict], permutations: int = 9999, registry: dict | None
     registry = FINDINGS if registry is None else registry
     study = Judging(all_rows, permutations)
     if len(study.taus()) < 2:
-        return [Finding(n, registry[n].claim, "too few usable runs of the ordinary loss to test anything", VERDICTS[3], rule_text(n, 0), "",
+        return [Finding(n, registry[n].claim, "too few usable runs of the ordinary loss to test anything", VERDICTS[3], rule_text(n, 0, registry), "",
                         study.evidence) for n in sorted(registry)], []
     found, parts = [], []
     for n in sorted(registry):
@@ -675,7 +676,7 @@ def _judge(all_rows: list[dict], permutations: int = 9999, registry: dict | None
         j = spec.judge(study, **spec.params)
         parts.extend(j.parts)
         found.append(Finding(n, spec.claim, j.measured or "; ".join(p.measured for p in j.parts), combine_verdicts([p.verdict for p in j.parts]),
-                             rule_text(n, j.tests), "; ".join(p.where for p in j.parts if p.where), study.evidence))
+                             rule_text(n, j.tests, registry), "; ".join(p.where for p in j.parts if p.where), study.evidence))
     return found, parts
 
 def findings(rows: list[dict], permutations: int = 9999) -> list[Finding]:
@@ -716,24 +717,44 @@ def dependence(rows: list[dict], a: str = "neighbour_purity", b: str = "pos_simi
     return dict(across=corr(x, y), within=corr(centred(x), centred(y)), runs=len(rs))
 
 # %% ../nbs/09_temperature_study.ipynb #c9d0e1f2
-STUDY_TAUS = (0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
 NOISE_SD = dict(uniformity=0.02, tolerance=0.01, pos_similarity=0.005, top10_mean=0.005, neighbour_purity=0.008, linear_top1=0.005)
 
-def agreeing_means() -> dict:
-    "{(loss, τ): {metric: mean}} of a made-up study that agrees with every finding of [WL21] (τ = None for Simple and HardSimple)."
-    u = dict(contrastive=(3.60, 3.50, 3.30, 3.10, 2.80, 2.40), hard_contrastive=(3.62, 3.61, 3.60, 3.58, 3.57, 3.55))
-    tol = dict(contrastive=(0.25, 0.30, 0.40, 0.50, 0.70, 0.90), hard_contrastive=(0.22, 0.25, 0.30, 0.36, 0.45, 0.55))
-    acc = dict(contrastive=(0.85, 0.90, 0.96, 0.96, 0.90, 0.85), hard_contrastive=(0.85, 0.90, 0.96, 0.97, 0.98, 0.98))
-    pos = (0.75, 0.80, 0.85, 0.90, 0.94, 0.97)
-    gap = (0.20, 0.18, 0.15, 0.12, 0.06, 0.02)
-    purity = (0.60, 0.70, 0.80, 0.85, 0.90, 0.95)
-    out = {}
+_AGREEING = dict(  # the made-up study's curves, anchored at these τ; between them linear in log τ, outside them flat
+    taus=(0.05, 0.1, 0.2, 0.3, 0.5, 1.0),
+    uniformity=dict(contrastive=(3.60, 3.50, 3.30, 3.10, 2.80, 2.40), hard_contrastive=(3.62, 3.61, 3.60, 3.58, 3.57, 3.55)),
+    tolerance=dict(contrastive=(0.25, 0.30, 0.40, 0.50, 0.70, 0.90), hard_contrastive=(0.22, 0.25, 0.30, 0.36, 0.45, 0.55)),
+    linear_top1=dict(contrastive=(0.85, 0.90, 0.96, 0.96, 0.90, 0.85), hard_contrastive=(0.85, 0.90, 0.96, 0.97, 0.98, 0.98)),
+    pos=(0.75, 0.80, 0.85, 0.90, 0.94, 0.97), gap=(0.20, 0.18, 0.15, 0.12, 0.06, 0.02), purity=(0.60, 0.70, 0.80, 0.85, 0.90, 0.95))
+
+def _along(tau: float, values: tuple) -> float:
+    "The made-up curve `values` (one per anchor τ) at `tau`: exact at an anchor, linear in log τ between two, flat outside."
+    anchors = _AGREEING["taus"]
+    if tau <= anchors[0]: return values[0]
+    if tau >= anchors[-1]: return values[-1]
+    j = max(i for i, a in enumerate(anchors) if a <= tau)
+    if anchors[j] == tau: return values[j]
+    w = (math.log(tau) - math.log(anchors[j])) / (math.log(anchors[j + 1]) - math.log(anchors[j]))
+    return values[j] + w * (values[j + 1] - values[j])
+
+def _preset_taus() -> tuple[float, ...]:
+    "The τ of the `digits` preset, read when called: the preset is the one place the study's grid is set."
+    from ctl_explore import study
+    return tuple(study.get_preset("digits").taus)
+
+def agreeing_means(taus: tuple[float, ...] | None = None) -> dict:
+    "{(loss, τ): {metric: mean}} of a made-up study that agrees with every finding of [WL21], at `taus` (default: the `digits` preset's); τ = None for Simple and HardSimple."
+    taus = _preset_taus() if taus is None else tuple(taus)
+    if not taus or not all(isinstance(t, (int, float)) and t > 0 for t in taus):
+        raise ValueError(f"taus must be positive temperatures, got {taus!r}")
+    a, out = _AGREEING, {}
     for loss in ("contrastive", "hard_contrastive"):
-        for i, t in enumerate(STUDY_TAUS):
-            out[(loss, t)] = dict(uniformity=u[loss][i], tolerance=tol[loss][i], linear_top1=acc[loss][i], pos_similarity=pos[i],
-                                  top10_mean=pos[i] - gap[i], neighbour_purity=purity[i])
-    for loss, a in (("simple", 0.85), ("hard_simple", 0.985)):
-        out[(loss, None)] = dict(uniformity=2.0, tolerance=0.5, linear_top1=a, pos_similarity=0.7, top10_mean=0.4, neighbour_purity=0.8)
+        for t in taus:
+            pos, gap = _along(t, a["pos"]), _along(t, a["gap"])
+            out[(loss, t)] = dict(uniformity=_along(t, a["uniformity"][loss]), tolerance=_along(t, a["tolerance"][loss]),
+                                  linear_top1=_along(t, a["linear_top1"][loss]), pos_similarity=pos, top10_mean=pos - gap,
+                                  neighbour_purity=_along(t, a["purity"]))
+    for loss, acc in (("simple", 0.85), ("hard_simple", 0.985)):
+        out[(loss, None)] = dict(uniformity=2.0, tolerance=0.5, linear_top1=acc, pos_similarity=0.7, top10_mean=0.4, neighbour_purity=0.8)
     return out
 
 def made_up_study(means: dict, seeds=(0, 1, 2), sd: dict | None = None, n_test: int = 359, image_share: float = 0.8,
@@ -769,20 +790,26 @@ def _with(means: dict, changes: dict) -> dict:
     for cell, values in changes.items(): out[cell].update(values)
     return out
 
-def null_tables() -> dict[str, tuple[dict, int, tuple[str, ...]]]:
-    """Made-up studies at the edge of each claim, with the verdicts that would be false alarms there: name -> (means,
-    finding, false verdicts). Trends flat in τ must not be reproduced; curves that agree everywhere must not be called
-    reversed; a peak tied between 0.3 and 0.5 must not be called moved; a hard loss equal to the ordinary one at large τ,
-    a HardSimple exactly EQUIVALENCE below the ordinary loss and a Simple exactly that far below must not pass."""
-    base = agreeing_means()
+def null_tables(taus: tuple[float, ...] | None = None) -> dict[str, tuple[dict, int, tuple[str, ...]]]:
+    """Made-up studies at `taus` (default: the `digits` preset's) at the edge of each claim, with the verdicts that would be
+    false alarms there: name -> (means, finding, false verdicts). Trends flat in τ must not be reproduced; curves that agree
+    everywhere must not be called reversed; a peak tied between the larger best τ and the next τ must not be called moved;
+    a hard loss equal to the ordinary one at large τ, a HardSimple exactly EQUIVALENCE below the ordinary loss and a Simple
+    exactly that far below must not pass."""
+    base = agreeing_means(taus)
+    taus = sorted(t for (l, t) in base if l == "contrastive")
+    best = [t for t in BEST_TAUS if t in taus]
     flat = {cell: dict(v, uniformity=3.3, tolerance=0.5, pos_similarity=0.85, top10_mean=0.72, neighbour_purity=0.8)
             if cell[0] == "contrastive" else v for cell, v in base.items()}
-    peak = base[("contrastive", 0.2)]["linear_top1"]
+    peak = max((base[("contrastive", t)]["linear_top1"] for t in best), default=max(base[("contrastive", t)]["linear_top1"] for t in taus))
     out = {"flat trends (finding 1)": (flat, 1, (VERDICTS[0],)), "flat trends (finding 5)": (flat, 5, (VERDICTS[0],)),
            "flat trends (finding 6)": (flat, 6, (VERDICTS[0],))}
     for n in (1, 5, 6): out[f"agreeing curves (finding {n})"] = (base, n, VERDICTS[1:3])
-    out["peak tied at 0.3 and 0.5 (finding 2)"] = (_with(base, {("contrastive", 0.5): dict(linear_top1=peak)}), 2, (VERDICTS[2],))
-    equal = {("hard_contrastive", t): dict(linear_top1=base[("contrastive", t)]["linear_top1"]) for t in STUDY_TAUS if t > max(BEST_TAUS)}
+    after = [t for t in taus if best and t > max(best)]
+    if after:
+        out[f"peak tied at {max(best):g} and {after[0]:g} (finding 2)"] = (_with(base, {("contrastive", after[0]): dict(linear_top1=peak)}), 2,
+                                                                          (VERDICTS[2],))
+    equal = {("hard_contrastive", t): dict(linear_top1=base[("contrastive", t)]["linear_top1"]) for t in taus if t > max(BEST_TAUS)}
     out["hard loss equal at large τ (finding 3)"] = (_with(base, equal), 3, (VERDICTS[0],))
     out["HardSimple EQUIVALENCE below (finding 4)"] = (_with(base, {("hard_simple", None): dict(linear_top1=peak - EQUIVALENCE)}), 4, (VERDICTS[0],))
     out["Simple EQUIVALENCE below (finding 4)"] = (_with(base, {("simple", None): dict(linear_top1=peak - EQUIVALENCE)}), 4, (VERDICTS[0],))
@@ -802,8 +829,17 @@ def false_alarm_rates(n_tables: int = 200, n_test: int = 359, permutations: int 
     return rates
 
 # %% ../nbs/09_temperature_study.ipynb #94df778c
-LOSS_STYLE = {"contrastive": dict(name="contrastive (Eq 1)", color="#1f77b4"),
-              "hard_contrastive": dict(name="hard contrastive (Eq 9)", color="#d62728")}
+def _style(loss: str) -> tuple[str, str]:
+    "(label, colour) of `loss` in the figures, from the loss registry (lesson 00); a loss it does not know keeps its name, in grey."
+    if loss not in loss_names(): return loss, "#7f7f7f"
+    spec = loss_spec(loss)
+    return spec.label or loss, spec.color
+
+def _losses(names) -> list[str]:
+    "The losses among `names`, in the registry's order, then any it does not know, by name: every loss the rows hold is drawn."
+    present = set(names)
+    return [l for l in loss_names() if l in present] + sorted(present - set(loss_names()))
+
 FIGURE_OF = {"uniformity": ("uniformity_tolerance", 1, 1), "tolerance": ("uniformity_tolerance", 1, 2),
              "pos_similarity": ("similarity_profile", 1, 1), "gap": ("similarity_profile", 1, 2),
              "neighbour_purity": ("neighbour_purity", None, None), "linear_top1": ("accuracy", None, None)}
@@ -817,14 +853,15 @@ def _lengths(rows: list[dict]) -> dict:
 def _add_curves(fig, summary, row=None, col=None, dash=None, suffix="", mixed=None):
     "One line per loss (mean ± std over seeds); a cell whose seeds trained for different lengths drawn as an open diamond, its lengths on hover."
     mixed = mixed or {}
-    for loss, style in LOSS_STYLE.items():
+    for loss in _losses(l for (l, t) in summary if t is not None):
+        label, color = _style(loss)
         t, m, s = curve(summary, loss)
         if not t: continue
         symbols = ["diamond-open" if (loss, x) in mixed else "circle" for x in t]
         hover = [f"τ = {x:g}: {y:.3f}" + (f"; seeds trained {', '.join(map(str, mixed[(loss, x)]))} epochs" if (loss, x) in mixed else "")
                  for x, y in zip(t, m)]
         fig.add_trace(go.Scatter(x=t, y=m, error_y=dict(type="data", array=[0 if math.isnan(v) else v for v in s]),
-                                 mode="lines+markers", name=style["name"] + suffix, line=dict(color=style["color"], dash=dash),
+                                 mode="lines+markers", name=label + suffix, line=dict(color=color, dash=dash),
                                  marker=dict(symbol=symbols, size=[11 if x == "diamond-open" else 7 for x in symbols]),
                                  hovertext=hover, hoverinfo="text", showlegend=row in (None, 1) and col in (None, 1)), row=row, col=col)
 
@@ -869,13 +906,12 @@ def study_figures(rows: list[dict]) -> dict[str, go.Figure]:
     f = go.Figure()
     acc = summarize(rows, "linear_top1")
     _add_curves(f, acc, mixed=mixed)
-    for loss, color in (("simple", "#2ca02c"), ("hard_simple", "#9467bd")):
-        if (loss, None) in acc:
-            m, s, _ = acc[(loss, None)]
-            f.add_hline(y=m, line=dict(color=color, dash="dash"), annotation_text=f"{loss}: {m:.3f} ± {0 if math.isnan(s) else s:.3f}"
-                        + (f" (seeds trained {', '.join(map(str, mixed[(loss, None)]))} epochs)" if (loss, None) in mixed else ""))
+    for loss in _losses(l for (l, t) in acc if t is None):  # the losses without τ: one dashed line each
+        (label, color), (m, s, _) = _style(loss), acc[(loss, None)]
+        f.add_hline(y=m, line=dict(color=color, dash="dash"), annotation_text=f"{label}: {m:.3f} ± {0 if math.isnan(s) else s:.3f}"
+                    + (f" (seeds trained {', '.join(map(str, mixed[(loss, None)]))} epochs)" if (loss, None) in mixed else ""))
     f.update_layout(xaxis=dict(type="log", title="temperature τ"), yaxis_title="linear top-1 accuracy", height=380,
-                    title="Linear evaluation against τ (Fig 9); dashed: Simple and HardSimple")
+                    title="Linear evaluation against τ (Fig 9); dashed: the losses without τ")
     figs["accuracy"] = f
     if rows: _mark_reversals(figs, rows, _judge(all_rows)[1])
     return figs
@@ -884,7 +920,7 @@ def trajectory_figure(rows: list[dict]) -> go.Figure:
     "Uniformity and alignment (kNN accuracy for rows without it) at every measured epoch, mean over seeds, one line per (loss, τ); every run that did not fail."
     rows = [r for r in rows if not r.get("failed")]
     second = "alignment" if all("alignment" in p for r in rows for p in r["trajectory"]) else "knn_accuracy"
-    losses = [l for l in ("contrastive", "hard_contrastive", "simple", "hard_simple") if any(r["loss"] == l for r in rows)]
+    losses = _losses(r["loss"] for r in rows)
     f = make_subplots(rows=len(losses), cols=2, shared_xaxes=True, vertical_spacing=0.06,
                       subplot_titles=[f"{l}: {m}" for l in losses for m in ("uniformity", second.replace("_", " "))])
     taus = sorted({r["tau"] for r in rows if r["tau"] is not None})
@@ -918,7 +954,7 @@ def table1(rows: list[dict]) -> list[dict]:
     "The Table 1 analogue: each loss at its best τ, accuracy mean ± std over the usable seeds."
     acc = summarize(usable(rows), "linear_top1")
     out = []
-    for loss in ("contrastive", "hard_contrastive", "simple", "hard_simple"):
+    for loss in _losses(l for (l, t) in acc):
         cells = {t: v for (l, t), v in acc.items() if l == loss}
         if not cells: continue
         t = max(cells, key=lambda k: cells[k][0])

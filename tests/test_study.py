@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from ctl_explore.losses import n_informative
-from ctl_explore.study import (KNN_CRITERIA, MIN_WINDOW_POINTS, NOISE_SD, PRESETS, RESULT_KEYS, STUDY_TAUS, StudyError,
+from ctl_explore.study import (KNN_CRITERIA, MIN_WINDOW_POINTS, NOISE_SD, PRESETS, RESULT_KEYS, StudyError,
                                StudyPreset, _with, agreeing_means, check_run, dependence, difference, false_alarm_rates, findings,
                                load_results, made_up_study, neighbour_purity, noise_margin, report_sections, run_study,
                                study_configs, study_figures, trend, usable, verdict_stability, window_epochs, write_report)
@@ -306,7 +306,7 @@ def test_failed_runs_are_counted_and_never_judged():
 
 def test_collapsed_and_unconverged_runs_are_not_evidence():
     good = _clear(BASE)
-    flipped = _clear(_with(BASE, {("contrastive", t): dict(uniformity=2 + t) for t in STUDY_TAUS}), seed=5)
+    flipped = _clear(_with(BASE, {("contrastive", t): dict(uniformity=2 + t) for (l, t) in BASE if l == "contrastive"}), seed=5)
     mixed = good + [dict(r, collapsed=True) for r in flipped] + [dict(r, converged=False) for r in flipped]
     assert len(usable(mixed)) == len(good) and _verdicts(mixed) == ["reproduced"] * 6
 
@@ -575,3 +575,63 @@ def test_null_tables_judge_to_the_frozen_findings():
     for name, (means, _, _) in tables.items():
         for seed, judged in enumerate(frozen[name]):
             assert _plain(_judged(made_up_study(means, seed=seed))) == judged, (name, seed)
+
+
+# ---------------------------------------------------------------- the findings registry
+
+def test_each_finding_is_declared_once_with_its_rule_generated_from_its_parameters():
+    from ctl_explore.study import BEST_TAUS, CLAIMS, EQUIVALENCE, FINDINGS, RULES, rule_text
+    assert list(FINDINGS) == list(CLAIMS) == list(RULES) == [1, 2, 3, 4, 5, 6]
+    for n, spec in FINDINGS.items():
+        assert CLAIMS[n] == spec.claim and RULES[n] == spec.rule and rule_text(n, 4).startswith(spec.rule + "; 4 tests")
+    assert "τ = 0.2 or 0.3" in RULES[2] and f"{EQUIVALENCE:g} below" in RULES[3] and BEST_TAUS == (0.2, 0.3)
+    # the statement follows the parameters: another margin or other best τ, another text
+    spec = FINDINGS[4]
+    assert "more than 0.05" in spec.statement(**{**spec.params, "equivalence": 0.05})
+    assert "at τ = 0.1 or 0.5:" in spec.statement(**{**spec.params, "best_taus": (0.1, 0.5)})
+    with pytest.raises(ValueError, match="registered findings"):
+        rule_text(7, 1)
+
+
+def test_a_finding_registered_in_another_registry_is_judged_by_the_same_loop():
+    from ctl_explore.study import FINDINGS, Judged, Part, _judge, register_finding
+    registry = {n: FINDINGS[n] for n in (1, 6)}
+    @register_finding(registry, 7, "Toy: uniformity stays above 1 (nowhere).", lambda floor: f"every usable run's uniformity above {floor:g}",
+                      floor=1.0)
+    def _toy(study, floor):
+        low = [r["run"] for r in study.rows if r["uniformity"] <= floor]
+        return Judged([Part("above the floor", "not reproduced" if low else "reproduced", f"{len(low)} runs at or below {floor:g}")], 1)
+    found, _ = _judge(_clear(BASE), registry=registry)
+    assert [f.number for f in found] == [1, 6, 7]
+    assert found[2].verdict == "reproduced" and found[2].rule.startswith("every usable run's uniformity above 1; 1 test,")
+    with pytest.raises(ValueError, match="number must be an integer >= 1"):
+        register_finding(registry, 0, "", str)
+
+
+def test_a_grid_change_leaves_no_rule_or_made_up_study_stale():
+    "Another grid (0.07, 0.25 and 0.7 added, 0.5 gone): the made-up study follows it, still agrees, and the null tables are named from it."
+    from ctl_explore.study import RULES, null_tables
+    grid = (0.05, 0.07, 0.1, 0.2, 0.25, 0.3, 0.7, 1.0)
+    means = agreeing_means(grid)
+    assert sorted(t for (l, t) in means if l == "contrastive") == list(grid)
+    assert agreeing_means((0.05, 0.1, 0.2, 0.3, 0.5, 1.0)) == agreeing_means()  # the anchors are the digits preset's grid
+    found = findings(_clear(means))
+    assert [f.verdict for f in found] == ["reproduced"] * 6, [(f.number, f.verdict, f.where) for f in found]
+    assert "0.25" not in " ".join(RULES.values()) and "0.7" not in " ".join(RULES.values())
+    assert "peak tied at 0.3 and 0.7 (finding 2)" in null_tables(grid)
+    with pytest.raises(ValueError, match="taus must be positive"):
+        agreeing_means((0.1, -1.0))
+
+
+def test_a_loss_unknown_to_the_findings_is_still_drawn():
+    "A toy loss with τ gets its own curve; a toy loss without τ its own dashed line; one not in the loss registry keeps its name, in grey."
+    rows = _clear(BASE)
+    toy = [dict(r, loss="toy_tau", run=r["run"].replace("contrastive", "toy_tau")) for r in rows if r["loss"] == "contrastive"]
+    flat = [dict(r, loss="toy_flat", run=r["run"].replace("simple", "toy_flat")) for r in rows if r["loss"] == "simple"]
+    figs = study_figures(rows + toy + flat)
+    names = [t.name for t in figs["accuracy"].data]
+    assert "contrastive (Eq 1)" in names and "hard contrastive (Eq 9)" in names and "toy_tau" in names
+    assert any(a.text.startswith("toy_flat: ") for a in figs["accuracy"].layout.annotations)
+    assert [f.verdict for f in findings(rows + toy + flat)] == ["reproduced"] * 6  # the findings read only their own losses
+    from ctl_explore.study import table1, trajectory_figure
+    assert {"toy_tau", "toy_flat"} <= {r["loss"] for r in table1(rows + toy + flat)}
