@@ -350,3 +350,35 @@ def test_training_interrupted_survives_pickling(tmp_path):
     e = pickle.loads(pickle.dumps(TrainingInterrupted(3, 10, tmp_path)))
     assert isinstance(e, TrainingInterrupted) and (e.epoch, e.epochs, e.out_dir) == (3, 10, tmp_path)
     assert str(e) == str(TrainingInterrupted(3, 10, tmp_path))
+
+
+# ---- the loop's state (lesson 07, "The loop"), and the configuration's documented fields
+
+def test_a_new_state_checkpoints_exactly_the_state_keys():
+    from ctl_explore.data import load_dataset
+    from ctl_explore.train import STATE_KEYS, new_state, training_step
+    config = PretrainConfig(width=4, out_dim=16, batch_size=32, device="cpu")
+    state = new_state(config, load_dataset("digits", train=True), torch.device("cpu"))
+    assert state.net is state.model and state.step is None and state.epoch == 0 and state.history == []
+    assert state.loss_params == {"tau": 0.2}
+    assert list(state.checkpoint(1.5)) == [*STATE_KEYS, "wall_time_s"]
+    # the same seed builds the same run: equal weights, bank and generator
+    again = new_state(config, load_dataset("digits", train=True), torch.device("cpu"))
+    assert all(torch.equal(a, b) for a, b in zip(state.model.state_dict().values(), again.model.state_dict().values()))
+    assert torch.equal(state.bank.features, again.bank.features) and torch.equal(state.generator.get_state(), again.generator.get_state())
+
+
+def test_every_configuration_field_documents_its_option():
+    from fastcore.docments import docments
+    docs = {k: v for k, v in docments(PretrainConfig).items() if k != "return"}
+    assert [k for k, v in docs.items() if not v] == []  # the command line's help is generated from these comments
+    assert "(default: fp32)" in docs["bank_precision"] and "[WL21] Eq 7" in docs["lam"]
+
+
+def test_default_lam_is_the_registrys():
+    from ctl_explore.losses import loss_spec
+    for loss, n in (("simple", 1437), ("hard_simple", 1437), ("decoupled_nt_xent", 254), ("align_swd", 254)):
+        assert default_lam(loss, n) == loss_spec(loss).default_lam(n, 0.0819)
+    with pytest.raises(ValueError, match="takes no λ"): default_lam("contrastive", 10)
+    with pytest.raises(ValueError, match=r"default λ is 1/K \(\[WL21\] Eq 7\)"): default_lam("simple")
+    with pytest.raises(ValueError, match=r"got True"): default_lam("hard_simple", True)
