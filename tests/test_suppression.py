@@ -465,3 +465,26 @@ def test_findings_match_the_frozen_judgements():
     for name, rows in cases.items():
         found = [dict(number=f.number, claim=f.claim, measured=f.measured, verdict=f.verdict) for f in suppression_findings(*rows)]
         assert found == [{k: f[k] for k in ("number", "claim", "measured", "verdict")} for f in frozen[name]["findings"]], name
+
+
+def test_each_claim_is_declared_once_with_its_rule_generated_from_z():
+    from ctl_explore.suppression import SUPPRESSION_FINDINGS, SUPPRESSION_Z
+    assert list(SUPPRESSION_FINDINGS) == [1, 2, 3, 4, 5, 6] and SUPPRESSION_Z == 2.0
+    found = suppression_findings(*_rows(0.6, 0.1, 0.17, 0.36))
+    for f, spec in zip(found, SUPPRESSION_FINDINGS.values()):
+        assert (f.claim, f.rule) == (spec.claim, spec.rule) and "2 standard errors" in f.rule
+    assert "3 standard errors" in SUPPRESSION_FINDINGS[1].statement(z=3)
+    # a wider margin is another rule: judged at z = 15 the same rows no longer show a clear fall from k = 0
+    from ctl_explore.suppression import SuppressionGrid
+    spec = SUPPRESSION_FINDINGS[1]
+    assert spec.judge(SuppressionGrid(*_rows(0.6, 0.1, 0.17, 0.36)), z=15).parts[0].verdict == "inconclusive at this scale"
+
+
+def test_accuracy_direction_is_the_study_difference_at_z():
+    "accuracy_direction is lesson 09's Difference of two single runs (accuracy_gap) judged at z standard errors."
+    from ctl_explore.study import accuracy_gap
+    for a, b, n in ((0.9, 0.5, 359), (0.5, 0.55, 359), (0.5, 0.55, 100_000), (0.3, 0.3, 10), (1.0, 0.0, 5)):
+        d = accuracy_gap(a, b, n, n)
+        assert math.isclose(d.value, a - b) and accuracy_direction(a, b, n, n) == d.sign(critical=2.0)
+    with pytest.raises(ValueError, match="give one of level and critical"):
+        accuracy_gap(0.5, 0.4, 10, 10).sign()
