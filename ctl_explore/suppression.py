@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -29,6 +28,7 @@ from .linear_eval import LinearEvalConfig, linear_probe
 from .losses import contrastive_loss, pair_similarities
 from .checks import check_choice, check_int, check_interval, check_positive, check_probability
 from .models import HEADS, Encoder, build_encoder
+from .run_folders import write_json_atomic
 from .study import Finding, direction_verdict
 
 # %% auto #0
@@ -356,11 +356,6 @@ def cached_result(out_dir: str | Path, experiment: str, value: float, config: Su
     path = run_path(out_dir, experiment, value, config)
     return json.loads(path.read_text()) if path.exists() else None
 
-def _write_json(path: Path, obj) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2) + "\n")
-    os.replace(tmp, path)
-
 def run_grid(
     experiment: str,                       # "randbit" or "multidigits"
     values: Sequence[float],               # bits k (randbit) or scales of the big digit (multidigits)
@@ -382,7 +377,7 @@ def run_grid(
         row = cached_result(out_dir, experiment, value, cfg)
         if row is None:
             extra = dict(data=data) if experiment == "randbit" and data is not None else {}
-            _write_json(run_path(out_dir, experiment, value, cfg), run(value, cfg, progress=progress, **extra))
+            write_json_atomic(run_path(out_dir, experiment, value, cfg), run(value, cfg, progress=progress, **extra))
             row = cached_result(out_dir, experiment, value, cfg)  # as read back: the same whether fresh or cached
         rows.append(row)
     return rows
@@ -747,7 +742,7 @@ def run_shared_codes(
     rows = []
     for cfg in tqdm(cells, desc=f"shared codes, k={k}", disable=not progress):
         path = out_dir / f"sharedcodes-k{k}-tau{cfg.tau:g}-seed{cfg.seed}-{n_drawn}d{n_seen}s-{cfg.key()}.json"
-        if not path.exists(): _write_json(path, shared_code_run(k, cfg, n_drawn, n_seen, progress=False))
+        if not path.exists(): write_json_atomic(path, shared_code_run(k, cfg, n_drawn, n_seen, progress=False))
         rows.append(json.loads(path.read_text()))
     return rows
 
