@@ -9,84 +9,61 @@ import argparse
 import dataclasses
 import json
 import sys
+import types
+import typing
 import warnings
 from pathlib import Path
 
+from fastcore.docments import docments
+
+from .checks import check_positive
 from .data import DATASETS
-from .generalized import FEATURE_LOSS_NAMES
-from .losses import LOSS_NAMES
+from .losses import loss_names
 from .models import BACKBONES, HEADS, NORMS, STEMS
-from .train import (NEGATIVES, PRECISION_CHOICES, PRECISIONS, PRETRAIN_LOSSES, CheckpointError, PretrainConfig, RunFolderError,
+from .train import (NEGATIVES, PRECISION_CHOICES, PRECISIONS, CheckpointError, PretrainConfig, RunFolderError,
                                TrainingDivergedError, TrainingInterrupted)
 
 # %% auto #0
-__all__ = ['PRETRAIN_HELP', 'build_parser', 'main']
+__all__ = ['option_choices', 'field_help', 'study_preset', 'build_parser', 'main']
 
 # %% ../nbs/90_cli.ipynb #f8305e06
-PRETRAIN_HELP = {
-    "dataset": f"dataset: {', '.join(DATASETS)} (default digits, which ships with scikit-learn)",
-    "data_root": "folder with the dataset's files (default: $CTL_EXPLORE_DATA or ~/.cache/ctl_explore/data)",
-    "download": "download cifar10 / cifar100 / svhn if missing",
-    "image_size": "side of the images in pixels (default: 16 digits, 32 CIFAR/SVHN, 64 ImageNet100)",
-    "backbone": f"encoder backbone: {', '.join(BACKBONES)}",
-    "stem": f"the ResNets' stem: {', '.join(STEMS)} (default: cifar for resnet18, imagenet for resnet50, as [WL21])",
-    "full_images": "imagenet100: random resized 224-px crops of the full-resolution files, as [WL21] (default: a pre-decoded square tensor)",
-    "width": "base width of the small ConvNet",
-    "norm": f"the ConvNet's normalisation: {', '.join(NORMS)} (group makes multi-process CPU runs exact)",
-    "head": f"projection head: {', '.join(HEADS)}",
-    "out_dim": "embedding dimension",
-    "loss": f"loss: {', '.join(LOSS_NAMES)}; or CLL20's {', '.join(FEATURE_LOSS_NAMES)} (these need --negatives batch)",
-    "tau": "temperature τ (contrastive, hard_contrastive, triplet_limit, simple_limit, nt_xent, dcl, decoupled_nt_xent, align_logsumexp)",
-    "alpha": "fraction of negatives kept by the hard losses (WL21: 0.0819 CIFAR, 0.0315 SVHN, 0.034 ImageNet100)",
-    "lam": "weight λ of the negatives in simple and hard_simple (default: WL21 Eq 7's λ = 1/K, K the negatives the loss sees: "
-           "the bank's n_train − 1 other rows or the batch's 2B − 2 other views; for hard_simple the ⌈αK⌉ it keeps), or of the "
-           "distribution loss in decoupled_nt_xent, align_logsumexp and align_swd (default: 1)",
-    "negatives": f"where negatives come from: {', '.join(NEGATIVES)} (memory bank, or the other views of the batch)",
-    "bank_momentum": "memory-bank moving-average momentum",
-    "bank_precision": f"memory-bank storage: {', '.join(PRECISIONS)}. bf16 is a CPU option: half the memory, faster bank "
-                      "similarities on some CPUs (time it: benchmarks/bench_memory_bank.py), the bank's rows rounded to ~3 digits; on CUDA it halves the memory only (the similarities "
-                      "are computed in float32 there) (default: fp32)",
-    "epochs": "pretraining epochs",
-    "batch_size": "global batch size (over all processes)",
-    "lr": "SGD learning rate",
-    "momentum": "SGD momentum",
-    "weight_decay": "SGD weight decay",
-    "lr_drops": "fractions of the epochs after which lr is multiplied by 0.1 (WL21: 160 and 190 of 200)",
-    "warmup_epochs": "epochs of linear learning-rate warm-up, lr·(e+1)/warmup in epoch e (0: none, as in WL21)",
-    "seed": "random seed (model, bank, shuffling, augmentation)",
-    "device": "auto, cpu, cuda, cuda:N; under torchrun, auto and cuda give each process the GPU of its LOCAL_RANK "
-              "(cuda:N is refused there: it cannot differ per process) (default: auto)",
-    "precision": "auto (bf16 autocast on CUDA, fp32 on the CPU; recorded in the run's config), fp32, or bf16 (autocast)",
-    "compile": "torch.compile: --compile (or --compile encoder) the encoder; --compile step the whole training step "
-               "(augmentation given its random numbers, forward, loss, backward, update); for CUDA (default: off)",
-    "knn_k": "neighbours of the kNN monitor",
-    "eval_batch_size": "batch size when embedding for the epoch's measurements",
-    "eval_every": "measure uniformity, tolerance, alignment and kNN accuracy every N epochs, and after the last",
-    "monitor_images": "the kNN monitor's bank: a fixed random subset of N training images, for large datasets where "
-                      "embedding all of them each epoch costs much (default: all)",
-}
-_CHOICES = dict(dataset=DATASETS, backbone=BACKBONES, norm=NORMS, head=HEADS, loss=PRETRAIN_LOSSES,
+def option_choices() -> dict[str, tuple]:
+    "The closed sets an option takes, read from the registries each time a parser is built: a loss or dataset registered later is offered."
+    return dict(dataset=tuple(DATASETS), backbone=BACKBONES, stem=STEMS, norm=NORMS, head=HEADS, loss=loss_names(),
                 negatives=NEGATIVES, precision=PRECISION_CHOICES, bank_precision=PRECISIONS)
+
+def field_help(cls) -> dict[str, str]:
+    "Each field of the dataclass `cls` with its documenting comment (nbdev's `docments`): the one place an option is described."
+    docs = docments(cls)
+    missing = [f.name for f in dataclasses.fields(cls) if not docs.get(f.name)]
+    if missing: raise ValueError(f"{cls.__name__}'s fields {', '.join(missing)} have no documenting comment, so the command line cannot describe them")
+    return {f.name: docs[f.name] for f in dataclasses.fields(cls)}
+
+def _value_type(hint):
+    "int for `int | None`, str for `bool | str`, float for `tuple[float, ...]`: what one value on the command line becomes."
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType): return _value_type(args[-1]) if len(args) > 1 else _value_type(args[0])
+    if typing.get_origin(hint) is tuple: return args[0]
+    return hint
 
 def _compile_mode(text: str) -> str:
     "A --compile value: encoder or step."
     if text not in ("encoder", "step"): raise argparse.ArgumentTypeError(f"must be encoder or step, got {text!r}")
     return text
 
-def _add_config_options(parser: argparse.ArgumentParser, cls, helps: dict) -> None:
-    "One --option per field of the dataclass `cls`, typed by its default value."
+def _add_config_options(parser: argparse.ArgumentParser, cls, choices: dict | None = None) -> None:
+    "One --option per field of the dataclass `cls`: its help from the field's comment, its type from the annotation, its choices (`choices`, by field) from the registries."
+    helps, hints, choices = field_help(cls), typing.get_type_hints(cls), choices or {}
     for f in dataclasses.fields(cls):
-        flag, default = "--" + f.name.replace("_", "-"), f.default
-        text = helps.get(f.name, f.name)
-        kw = dict(dest=f.name, help=text if "(default" in text else f"{text} (default: {default})", default=default)
+        flag, default, among = "--" + f.name.replace("_", "-"), f.default, choices.get(f.name)
+        text = helps[f.name] + ("" if "(default" in helps[f.name] else f" (default: {default})")  # argparse lists the choices
+        kw = dict(dest=f.name, help=text.replace("%", "%%"), default=default)
         if f.name == "compile":  # --compile [encoder|step], --no-compile
             parser.add_argument(flag, nargs="?", const=True, type=_compile_mode, metavar="{encoder,step}", **kw)
             parser.add_argument("--no-compile", dest=f.name, action="store_const", const=False, help="compile nothing")
         elif isinstance(default, bool): parser.add_argument(flag, action=argparse.BooleanOptionalAction, **kw)
-        elif isinstance(default, tuple): parser.add_argument(flag, nargs="+", type=float, metavar="F", **kw)
-        else:
-            kind = {"image_size": int, "data_root": str, "stem": str, "lam": float, "monitor_images": int}.get(f.name, type(default))
-            parser.add_argument(flag, type=kind, choices=_CHOICES.get(f.name), **kw)
+        elif isinstance(default, tuple): parser.add_argument(flag, nargs="+", type=_value_type(hints[f.name]), metavar="F", **kw)
+        else: parser.add_argument(flag, type=_value_type(hints[f.name]), choices=among, metavar=None if among else f.name.upper(), **kw)
 
 # %% ../nbs/90_cli.ipynb #3a8f107c
 def _folder(text: str) -> Path:
@@ -101,12 +78,20 @@ def _workers(text: str) -> int:
     if n < 1: raise argparse.ArgumentTypeError(f"must be a whole number >= 1 (worker processes), got {text!r}")
     return n
 
+def study_preset(name: str, taus: list[float] | None = None):
+    "The study preset called `name`, sweeping `taus` instead of its own temperatures when given (and named after them)."
+    from ctl_explore.study_plan import get_preset
+    preset = get_preset(name)
+    if not taus: return preset
+    taus = tuple(sorted({check_positive("--taus", t) for t in taus}))
+    return dataclasses.replace(preset, name=f"{preset.name}-taus" + "-".join(format(t, "g") for t in taus), taus=taus)
+
 def build_parser() -> argparse.ArgumentParser:
     "The `ctl-explore` argument parser with its subcommands."
     from ctl_explore.linear_eval import LinearEvalConfig
     parser = argparse.ArgumentParser(prog="ctl-explore", description="Contrastive-loss experiments of [WL21]: pretraining and linear evaluation.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="{study,pretrain,linear-eval}")
-    from ctl_explore.study import PRESETS
+    from ctl_explore.study_plan import PRESETS
     st = sub.add_parser("study", help="the temperature study of [WL21] (the package's main job)", description=
                         "Pretrain and linearly evaluate a sweep over τ for the ordinary and hard contrastive loss plus the Simple "
                         "and HardSimple losses, over several seeds; write results.csv/json and a self-contained report.html. "
@@ -116,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "*-paper: [WL21]'s settings for CUDA machines (default: digits)")
     st.add_argument("--out", type=_folder, default=None, help="output folder: new, empty, or a study's own (it holds the marker "
                     ".ctl_explore_study); a folder holding other files is refused, never overwritten (default: study-<preset>)")
+    st.add_argument("--taus", type=float, nargs="+", default=None, metavar="TAU", help="the temperatures to sweep instead of the "
+                    "preset's, e.g. --taus 0.1 0.2 0.5 (the study is then named after them, e.g. digits-taus0.1-0.2-0.5, and so is its "
+                    "default folder); give the same to every command of one study (--list, --run, --report)")
     st.add_argument("--device", default=None, help="override the preset's device (auto, cpu, cuda)")
     st.add_argument("--quiet", action="store_true", help="no progress bar")
     st.add_argument("--workers", type=_workers, default=None, help="parallel worker processes, each training whole runs (default: "
@@ -137,15 +125,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bars or per-epoch lines")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: 1 for the convnet on the CPU, where more "
                    "threads mostly wait on each other and slow down badly when another process is busy; torch's setting otherwise)")
-    _add_config_options(p, PretrainConfig, PRETRAIN_HELP)
+    _add_config_options(p, PretrainConfig, option_choices())
     e = sub.add_parser("linear-eval", help="linear evaluation of a pretrained run", description=
                        "Train a linear classifier on the frozen backbone features of a run folder and report top-1 accuracy.")
     e.add_argument("run", type=Path, help="run folder written by `ctl-explore pretrain`")
     e.add_argument("--random-init", action="store_true", help="evaluate the untrained encoder (the baseline)")
     e.add_argument("--device", default=None, help="device (default: the run's)")
-    _add_config_options(e, LinearEvalConfig, dict(epochs="linear-classifier epochs", lr="SGD learning rate (WL21: 30)",
-                        momentum="SGD momentum", weight_decay="SGD weight decay", lr_drops="fractions of the epochs after which lr drops",
-                        drop_factor="lr multiplier at each drop (WL21: 0.2)", batch_size="batch size", seed="random seed"))
+    _add_config_options(e, LinearEvalConfig)
     return parser
 
 # %% ../nbs/90_cli.ipynb #f9884d87
@@ -188,16 +174,17 @@ def _run(command: str, args: dict) -> int:
     from ctl_explore.train import pretrain
     if command == "study":
         from ctl_explore.study_runs import load_results, report_study, run_one, run_study, study_plan, study_status, write_report
-        out = args["out"] or Path(f"study-{args['preset']}")
+        preset = study_preset(args["preset"], args["taus"])
+        out = args["out"] or Path(f"study-{preset.name}")
         if args["device"] is not None: PretrainConfig(device=args["device"])  # a wrong device is a usage error, --list included
         if args["list"]:
             states = (out / "runs").is_dir()
             print("index\trun\tloss\ttau\tseed\tepochs" + ("\tstate" if states else ""))
-            for p in (study_status(args["preset"], out) if states else study_plan(args["preset"])):
+            for p in (study_status(preset, out) if states else study_plan(preset)):
                 print(f"{p['index']}\t{p['run']}\t{p['loss']}\t{'' if p['tau'] is None else format(p['tau'], 'g')}\t{p['seed']}\t{p['epochs']}"
                       + (f"\t{p['state']}" if states else ""))
         elif args["run"] is not None:
-            row = run_one(args["preset"], args["run"], out, device=args["device"])
+            row = run_one(preset, args["run"], out, device=args["device"])
             if row is None:
                 print(f"run {args['run']} is being trained by another process right now; nothing to do "
                       f"(run the same command later to resume it if that process dies)")
@@ -206,15 +193,15 @@ def _run(command: str, args: dict) -> int:
                 return 1
             else: print(json.dumps({k: row[k] for k in ("run", "linear_top1", "uniformity", "converged", "collapsed")}))
         elif args["report"]:
-            report, missing = report_study(args["preset"], out)
+            report, missing = report_study(preset, out)
             print(f"report: {report}" + (f"; {len(missing)} run(s) not finished yet: {', '.join(missing)}" if missing else ""))
             rows = load_results(out / "results.json")
             if any("failed" in r for r in rows):
                 print(f"ctl-explore: {_failures(rows)}", file=sys.stderr)
                 return 1
         else:
-            rows = run_study(args["preset"], out, quiet=args["quiet"], device=args["device"], workers=args["workers"])
-            report = write_report(rows, out, args["preset"])
+            rows = run_study(preset, out, quiet=args["quiet"], device=args["device"], workers=args["workers"])
+            report = write_report(rows, out, preset)
             print(f"{len(rows)} runs; results in {out / 'results.csv'}; report: {report}")
             if any("failed" in r for r in rows):
                 print(f"ctl-explore: {_failures(rows)}", file=sys.stderr)

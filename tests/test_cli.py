@@ -106,3 +106,59 @@ def test_ctrl_c_says_how_many_runs_are_saved(capsys, monkeypatch, tmp_path):
     assert main(["study", "--preset", "tiny", "--out", str(tmp_path / "S")]) == 130
     err = capsys.readouterr().err
     assert "10 of its 12 runs finished and saved" in err and "1 failed" in err and "nothing saved" not in err
+
+
+# ---- options made from the configuration's fields (one source for each option)
+
+def test_every_config_field_is_an_option_described_by_its_comment():
+    from fastcore.docments import docments
+    from ctl_explore.cli import build_parser
+    from ctl_explore.linear_eval import LinearEvalConfig
+    from ctl_explore.train import PretrainConfig
+    parser = build_parser()
+    subs = parser._subparsers._group_actions[0].choices
+    for command, cls in (("pretrain", PretrainConfig), ("linear-eval", LinearEvalConfig)):
+        actions = {}
+        for a in subs[command]._actions: actions.setdefault(a.dest, a)  # --compile before --no-compile
+        for f in dataclasses.fields(cls):
+            assert f.name in actions, f"{command}: no option for {cls.__name__}.{f.name}"
+            assert actions[f.name].help.replace("%%", "%").startswith(docments(cls)[f.name]), f.name
+            assert actions[f.name].default == f.default, f.name
+
+
+def test_an_undocumented_field_is_refused_by_name():
+    from ctl_explore.cli import field_help
+
+    @dataclasses.dataclass
+    class Half:
+        said: int = 1  # a field with its comment
+        unsaid: float = 2.0
+
+    with pytest.raises(ValueError, match=r"Half's fields unsaid have no documenting comment"):
+        field_help(Half)
+
+
+def test_option_types_follow_the_annotations():
+    from ctl_explore.cli import build_parser
+    args = build_parser().parse_args(["pretrain", "--out", "x", "--image-size", "12", "--lam", "0.5", "--lr-drops", "0.5", "0.9",
+                                      "--monitor-images", "100", "--compile", "step", "--stem", "cifar"])
+    assert (args.image_size, args.lam, args.lr_drops, args.monitor_images, args.compile, args.stem) == (12, 0.5, [0.5, 0.9], 100, "step", "cifar")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["pretrain", "--out", "x", "--image-size", "1.5"])
+
+
+def test_taus_replace_the_presets_grid_and_name_the_study():
+    from ctl_explore.cli import study_preset
+    from ctl_explore.study_plan import get_preset, study_configs
+    p = study_preset("smoke", [0.5, 0.1, 0.5])
+    assert p.taus == (0.1, 0.5) and p.name == "smoke-taus0.1-0.5"
+    assert {c.tau for c in study_configs(p, 100) if c.loss == "contrastive"} == {0.1, 0.5}
+    assert study_preset("smoke", None) is get_preset("smoke")
+    with pytest.raises(ValueError, match="--taus must be a finite number > 0"):
+        study_preset("smoke", [0.1, -1.0])
+
+
+def test_taus_on_the_command_line(capsys):
+    assert main(["study", "--preset", "smoke", "--taus", "0.3", "--list"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()[1:]
+    assert {line.split("\t")[3] for line in lines if "\tcontrastive\t" in line} == {"0.3"}
