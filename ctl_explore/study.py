@@ -836,9 +836,11 @@ def _style(loss: str) -> tuple[str, str]:
     return spec.label or loss, spec.color
 
 def _losses(names) -> list[str]:
-    "The losses among `names`, in the registry's order, then any it does not know, by name: every loss the rows hold is drawn."
-    present = set(names)
-    return [l for l in loss_names() if l in present] + sorted(present - set(loss_names()))
+    "The losses among `names`: those that take τ, then those that do not, each in the registry's order, then any it does not know, by name; every loss the rows hold is drawn."
+    present, known = set(names), loss_names()
+    takes_tau = lambda l: "tau" in loss_spec(l).params
+    return ([l for l in known if l in present and takes_tau(l)] + [l for l in known if l in present and not takes_tau(l)]
+            + sorted(present - set(known)))
 
 FIGURE_OF = {"uniformity": ("uniformity_tolerance", 1, 1), "tolerance": ("uniformity_tolerance", 1, 2),
              "pos_similarity": ("similarity_profile", 1, 1), "gap": ("similarity_profile", 1, 2),
