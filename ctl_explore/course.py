@@ -129,7 +129,7 @@ def _between(text: str, name: str, body: str) -> str:
 
 def _with_site_link(first: str, line: str) -> str:
     "A lesson's first markdown cell with the site link `line` right after its summary line (replacing an older link)."
-    first = SITE_LINK.sub("", first).replace("\n\n\n", "\n\n")
+    first = re.sub(r"\n\n" + SITE_LINK.pattern.lstrip("^"), "", first, flags=re.M)  # the link as an earlier run put it
     m = re.search(r"^>.*$", first, re.M)
     return first[:m.end()] + "\n\n" + line + first[m.end():]
 
@@ -137,17 +137,31 @@ def update_docs(root: str | Path = "..", write: bool = True) -> list[str]:
     """Bring README.md, nbs/index.ipynb and each lesson's site link in step with the lessons; the files that were (or,
     with `write=False`, would be) changed. Run `python -m ctl_explore.course` after adding or changing a lesson."""
     root = Path(root); nbs = root / "nbs"; url = site_url(root); changed = []
+    if not write:  # what a real run would change, found by a real run on a copy (the links change the tables' counts)
+        import shutil, tempfile
+        with tempfile.TemporaryDirectory() as tmp:
+            (Path(tmp) / "nbs").mkdir()
+            for name in ("README.md", "pyproject.toml"): shutil.copy(root / name, Path(tmp) / name)
+            for p in [nbs / "index.ipynb", *lessons(nbs)]: shutil.copy(p, Path(tmp) / "nbs" / p.name)
+            return update_docs(tmp, write=True)
     def put(path: Path, new: str):
         if path.read_text() != new:
-            changed.append(str(path.relative_to(root)))
-            if write: path.write_text(new)
-    readme = (root / "README.md").read_text()
-    readme = _between(_between(readme, "reading-times", reading_table(nbs, link="nbs/")), "course-table", course_table(nbs, link="nbs/"))
-    put(root / "README.md", readme)
+            changed.append(path.relative_to(root).as_posix())
+            path.write_text(new)
     def fix_nb(path: Path, change):
         nb = json.loads(path.read_text())
         change(nb["cells"])
         put(path, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    # the links first: they are words of the lessons, which the reading times count
+    for p in lessons(nbs):
+        lesson_header(p)  # a ValueError naming a lesson without its title or summary line
+        def link(cells, stem=p.stem):
+            c = next(c for c in cells if c["cell_type"] == "markdown")
+            c["source"] = _with_site_link(_source(c), site_link_line(stem, url))
+        fix_nb(p, link)
+    readme = (root / "README.md").read_text()
+    readme = _between(_between(readme, "reading-times", reading_table(nbs, link="nbs/")), "course-table", course_table(nbs, link="nbs/"))
+    put(root / "README.md", readme)
     def index_cells(cells):
         for c in cells:
             if c["cell_type"] != "markdown": continue
@@ -156,12 +170,7 @@ def update_docs(root: str | Path = "..", write: bool = True) -> list[str]:
             if "<!-- course-table:" in s: s = _between(s, "course-table", course_table(nbs))
             c["source"] = s
     fix_nb(nbs / "index.ipynb", index_cells)
-    for p in lessons(nbs):
-        def link(cells, stem=p.stem):
-            c = next(c for c in cells if c["cell_type"] == "markdown")
-            c["source"] = _with_site_link(_source(c), site_link_line(stem, url))
-        fix_nb(p, link)
-    return changed
+    return sorted(changed)
 
 def main(argv: list[str] | None = None) -> int:
     "`python -m ctl_explore.course [--check]`: update the course's tables and links, or (--check) only say what is stale."

@@ -74,3 +74,63 @@ def test_exercise_checks_and_solutions_are_out_of_sight():
                                                           and c.get("metadata", {}).get("jupyter", {}).get("source_hidden")):
                 bad.append(f"{path.name} cell {i}")
     assert not bad, f"exercise checks or solutions visible in JupyterLab or on the site: {bad}"
+
+
+# ---- one command keeps the tables and links in step (python -m ctl_explore.course)
+
+def test_tables_and_site_links_are_in_step():
+    from ctl_explore.course import update_docs
+    stale = update_docs(ROOT, write=False)
+    assert not stale, f"stale: {stale}; run `python -m ctl_explore.course` and commit what it changes"
+
+
+def _copy_course(tmp_path: Path) -> Path:
+    import shutil
+    (tmp_path / "nbs").mkdir()
+    for name in ("README.md", "pyproject.toml"): shutil.copy(ROOT / name, tmp_path / name)
+    for p in [NBS / "index.ipynb", *lessons(NBS)]: shutil.copy(p, tmp_path / "nbs" / p.name)
+    from ctl_explore.course import update_docs
+    update_docs(tmp_path)  # in step, whatever the working tree's state
+    return tmp_path
+
+
+def test_a_changed_lesson_makes_the_docs_stale_until_updated(tmp_path):
+    "A lesson that grows by a paragraph changes both reading tables; a lesson's summary changes both course tables; one command mends them."
+    from ctl_explore.course import course_table, main, update_docs
+    root = _copy_course(tmp_path)
+    path = root / "nbs" / "06_memory_bank.ipynb"
+    nb = json.loads(path.read_text())
+    nb["cells"].append({"cell_type": "markdown", "metadata": {}, "source": "word " * 1300})
+    first = next(c for c in nb["cells"] if c["cell_type"] == "markdown")
+    first["source"] = re.sub(r"^>.*$", "> A new summary of the memory bank.", "".join(first["source"]), count=1, flags=re.M)
+    path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    assert update_docs(root, write=False) == ["README.md", "nbs/index.ipynb"]
+    assert main(["--root", str(root), "--check"]) == 1
+    assert main(["--root", str(root)]) == 0 and update_docs(root, write=False) == []
+    assert "A new summary of the memory bank." in (root / "README.md").read_text()
+    assert "A new summary of the memory bank." in course_table(root / "nbs")
+
+
+def test_a_new_lesson_gets_its_row_and_link(tmp_path):
+    from ctl_explore.course import SITE_LINK, site_url, update_docs
+    root = _copy_course(tmp_path)
+    new = {"cells": [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": "#| default_exp toy"},
+                     {"cell_type": "markdown", "metadata": {}, "source": "# A toy lesson\n\n> One line that says what it shows.\n\nText."}],
+           "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    (root / "nbs" / "97_toy.ipynb").write_text(json.dumps(new))
+    changed = update_docs(root)
+    assert changed == ["README.md", "nbs/97_toy.ipynb", "nbs/index.ipynb"]
+    readme = (root / "README.md").read_text()
+    assert "[97 · A toy lesson](nbs/97_toy.ipynb) | One line that says what it shows. | `ctl_explore.toy` |" in readme
+    first = json.loads((root / "nbs" / "97_toy.ipynb").read_text())["cells"][1]["source"]
+    assert SITE_LINK.search(first) and f"{site_url(root)}/97_toy.html" in first
+    assert update_docs(root) == []  # a second run changes nothing: the link is replaced, never repeated
+
+
+def test_a_lesson_without_a_summary_is_named(tmp_path):
+    from ctl_explore.course import update_docs
+    root = _copy_course(tmp_path)
+    (root / "nbs" / "97_bare.ipynb").write_text(json.dumps({"cells": [{"cell_type": "markdown", "metadata": {}, "source": "# Bare"}],
+                                                             "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    with pytest.raises(ValueError, match=r"97_bare.ipynb: its first markdown cell needs a '# title' and a '> summary' line"):
+        update_docs(root, write=False)
