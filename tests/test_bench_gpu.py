@@ -144,7 +144,7 @@ import runpy, sys
 import ctl_explore.train as train
 original = train.training_step
 def step(*args):
-    if args[7].loss == "hard_contrastive": raise MemoryError("no room for the hard loss")
+    if args[0].config.loss == "hard_contrastive": raise MemoryError("no room for the hard loss")
     return original(*args)
 train.training_step = step
 sys.argv = [{str(BENCH)!r}] + sys.argv[1:]
