@@ -356,7 +356,7 @@ def test_training_interrupted_survives_pickling(tmp_path):
 
 def test_a_new_state_checkpoints_exactly_the_state_keys():
     from ctl_explore.data import load_dataset
-    from ctl_explore.train import STATE_KEYS, new_state, training_step
+    from ctl_explore.train import STATE_KEYS, new_state
     config = PretrainConfig(width=4, out_dim=16, batch_size=32, device="cpu")
     state = new_state(config, load_dataset("digits", train=True), torch.device("cpu"))
     assert state.net is state.model and state.step is None and state.epoch == 0 and state.history == []
