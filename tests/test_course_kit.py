@@ -134,3 +134,10 @@ def test_a_lesson_without_a_summary_is_named(tmp_path):
                                                              "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
     with pytest.raises(ValueError, match=r"97_bare.ipynb: its first markdown cell needs a '# title' and a '> summary' line"):
         update_docs(root, write=False)
+
+
+def test_readme_and_index_name_where_the_site_is_served():
+    from ctl_explore.course import site_url
+    url = site_url(ROOT) + "/"
+    assert url in (ROOT / "README.md").read_text()
+    assert url in (NBS / "index.ipynb").read_text()
