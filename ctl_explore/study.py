@@ -924,7 +924,7 @@ def trajectory_figure(rows: list[dict]) -> go.Figure:
     second = "alignment" if all("alignment" in p for r in rows for p in r["trajectory"]) else "knn_accuracy"
     losses = _losses(r["loss"] for r in rows)
     f = make_subplots(rows=len(losses), cols=2, shared_xaxes=True, vertical_spacing=0.06,
-                      subplot_titles=[f"{l}: {m}" for l in losses for m in ("uniformity", second.replace("_", " "))])
+                      subplot_titles=[f"{_style(l)[0]}: {m}" for l in losses for m in ("uniformity", second.replace("_", " "))])
     taus = sorted({r["tau"] for r in rows if r["tau"] is not None})
     for i, loss in enumerate(losses, 1):
         groups: dict = {}  # runs of one (τ, schedule length): a stretched run is averaged only with runs stretched as far
