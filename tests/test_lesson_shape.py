@@ -32,6 +32,12 @@ def test_a_core_lesson_talks_about_its_subject(path):
     assert s["objectives"] and s["takeaways"], f"{path.name}: objectives {s['objectives']}, takeaways {s['takeaways']}"
 
 
+@pytest.mark.parametrize("path", [p for p in lessons(NBS) if p.stem != "93_course_kit"], ids=lambda p: p.stem)
+def test_no_lesson_talks_about_the_project(path):
+    "Appendices and further lessons too: the history of a result belongs in benchmarks/results/ (appendix 93 states the rule, so it names what it looks for)."
+    assert not lesson_shape(path)["engineering_talk"], f"{path.name}: {lesson_shape(path)['engineering_talk']}"
+
+
 def _lesson(tmp_path, cells) -> Path:
     path = tmp_path / "00_made.ipynb"
     path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
