@@ -54,8 +54,8 @@ __all__ = ['NEGATIVES', 'PRECISIONS', 'PRECISION_CHOICES', 'PRETRAIN_LOSSES', 'M
            'LOG_EVERY', 'MAX_THREADS', 'PretrainConfig', 'default_lam', 'negatives_seen', 'lr_at', 'resolve_precision',
            'run_identity', 'load_checkpoint', 'check_run_folder', 'embed', 'evaluates_at', 'monitor_rows', 'evaluate',
            'TrainingDivergedError', 'TrainingInterrupted', 'threads_for', 'build_model', 'TrainState', 'view_draws',
-           'training_step', 'new_state', 'pretrain', 'CHECKPOINT_FORMAT', 'STATE_KEYS', 'LOCK_NAME', 'RUN_MARKER',
-           'PRETRAIN_FILES', 'DERIVED_FILES', 'STALE_ON_TRAINING', 'RUN_FOLDER_FILES', 'CheckpointError',
+           'gradient_step', 'training_step', 'new_state', 'pretrain', 'CHECKPOINT_FORMAT', 'STATE_KEYS', 'LOCK_NAME',
+           'RUN_MARKER', 'PRETRAIN_FILES', 'DERIVED_FILES', 'STALE_ON_TRAINING', 'RUN_FOLDER_FILES', 'CheckpointError',
            'RunFolderError', 'RunBusyError', 'write_atomic', 'write_json_atomic', 'save_checkpoint', 'run_lock',
            'mark_run_folder', 'remove_stale_measurements', 'DIST_TIMEOUT_ENV', 'DIST_TIMEOUT_S', 'ProcessGroupError',
            'dist_timeout', 'GlobalBatchNorm', 'global_batchnorm', 'distributed_net', 'resolve_device']
@@ -389,6 +389,28 @@ def view_draws(augment: TwoViewAugment, images: Tensor | FullImages, generator: 
     else: height, width = images.shape[-2:]
     return params, [sample_view(params, len(images), height, width, generator) for _ in range(views)]
 
+def gradient_step(
+    optimizer: torch.optim.Optimizer,
+    forward: Callable[[], Tensor | tuple[Tensor, ...]],  # runs the network: the embeddings (or a tuple of tensors), in float32
+    loss_of: Callable[..., Tensor],      # forward's output -> the loss, computed in float32
+    bf16: bool = False,                  # run `forward` under bf16 autocast
+    device_type: str = "cpu",            # ... on this device type
+    penalty: Callable[..., Tensor] | None = None,  # forward's output -> a term added to the loss for the update only
+) -> tuple[Tensor | tuple[Tensor, ...], Tensor]:
+    "One gradient step of contrastive training: forward, loss, zero_grad, backward, step; forward's output and the loss, detached."
+    # low precision for the network only: the loss computes in float32
+    with torch.autocast(device_type=device_type, dtype=torch.bfloat16, enabled=bf16):
+        z = forward()
+    try: loss = loss_of(z)
+    except ValueError:  # with the value checks on, the losses refuse non-finite inputs: NaN embeddings come from NaN weights
+        if all(bool(t.isfinite().all()) for t in (z if isinstance(z, tuple) else (z,))): raise
+        raise FloatingPointError("the embeddings became NaN or infinite") from None
+    objective = loss if penalty is None else loss + penalty(z)
+    optimizer.zero_grad(set_to_none=True)
+    objective.backward()
+    optimizer.step()
+    return z, loss.detach()
+
 def training_step(
     state: TrainState,                   # the run: its net, optimizer, bank, configuration, loss_params and generator
     images: Tensor | FullImages,         # the global batch, uint8 [B, C, H, W] on the device
@@ -402,22 +424,15 @@ def training_step(
     bank = state.bank if config.negatives == "bank" else None
     x = [augment_view(images[part], params, d[part]) for d in draws]
     n = len(x[0])
-    # low precision for the network only: the augmentation and the loss compute in float32
-    with torch.autocast(device_type=idx.device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16"):
-        z = state.net(x[0] if len(x) == 1 else torch.cat(x)).float()
-    try:
-        if bank is not None: loss = bank.loss(z, idx[part], config.loss, **loss_params)
-        elif loss_spec(config.loss).level == "feature":  # SWD's random projections come from the run's generator: resumable
-            loss = apply_feature_loss(config.loss, z[:n], z[n:], state.generator, **loss_params)
-        else: loss = batch_loss(z[:n], z[n:], config.loss, **loss_params)
-    except ValueError:  # with the value checks on, the losses refuse non-finite inputs: NaN embeddings come from NaN weights
-        if bool(z.isfinite().all()): raise
-        raise FloatingPointError("the embeddings became NaN or infinite") from None
-    state.optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    state.optimizer.step()
+    def loss_of(z: Tensor) -> Tensor:
+        if bank is not None: return bank.loss(z, idx[part], config.loss, **loss_params)
+        if loss_spec(config.loss).level == "feature":  # SWD's random projections come from the run's generator: resumable
+            return apply_feature_loss(config.loss, z[:n], z[n:], state.generator, **loss_params)
+        return batch_loss(z[:n], z[n:], config.loss, **loss_params)
+    z, loss = gradient_step(state.optimizer, lambda: state.net(x[0] if len(x) == 1 else torch.cat(x)).float(), loss_of,
+                            bf16=config.precision == "bf16", device_type=idx.device.type)
     if bank is not None: bank.update(idx, _gather(z.detach()))  # every process writes the whole global batch's rows
-    return loss.detach()
+    return loss
 
 LOG_EVERY = 25  # steps between two updates of the progress bar's running loss, the loop's only host read
 
