@@ -28,20 +28,21 @@ from .linear_eval import LinearEvalConfig, linear_probe
 from .losses import contrastive_loss, pair_similarities
 from .checks import check_choice, check_int, check_interval, check_positive, check_probability
 from .models import HEADS, Encoder, build_encoder
-from .run_folders import write_json_atomic
+from .run_folders import read_json, write_json_atomic
 from .study import Finding, direction_verdict
+from .train import PretrainConfig, gradient_step
 
 # %% auto #0
-__all__ = ['BIT_CODINGS', 'EVAL_BITS', 'SUPPRESSION_LOSSES', 'ARCHS', 'SCHEDULES', 'AUGMENTS', 'RANDBIT_KS', 'TAUS',
-           'RANDBIT_CONFIG', 'PROBE_MODES', 'EXPERIMENTS', 'CLL20_RANDBIT_MNIST', 'TAU_COLORS', 'SCALES',
-           'MULTIDIGITS_CONFIG', 'SUPPRESSION_Z', 'SUPPRESSION_FINDINGS', 'SHARED_CODE_SEED', 'RANDBIT_MNIST_PAPER',
-           'PAPER_KS', 'twin_share', 'random_bits', 'append_bits', 'read_bits', 'RandBit', 'features',
-           'SuppressionConfig', 'convn_encoder', 'new_encoder', 'contrastive_objective', 'train_contrastive',
-           'randbit_augment', 'randbit_run', 'run_path', 'cached_result', 'run_grid', 'randbit_figure', 'MultiDigits',
-           'make_multidigits', 'multidigits_run', 'multidigits_figure', 'accuracy_direction', 'at_chance',
-           'SuppressionGrid', 'suppression_findings', 'zero_bit_confound', 'code_seen_probability', 'shared_code_run',
-           'run_shared_codes', 'shared_code_summary', 'shared_codes_figure', 'SuppressionExplorer', 'paper_table',
-           'randbit_mnist_paper']
+__all__ = ['BIT_CODINGS', 'EVAL_BITS', 'SUPPRESSION_LOSSES', 'ARCHS', 'SCHEDULES', 'AUGMENTS', 'SHARED_WITH_PRETRAIN',
+           'RANDBIT_KS', 'TAUS', 'RANDBIT_CONFIG', 'PROBE_MODES', 'EXPERIMENTS', 'CLL20_RANDBIT_MNIST', 'TAU_COLORS',
+           'SCALES', 'MULTIDIGITS_CONFIG', 'SUPPRESSION_Z', 'SUPPRESSION_FINDINGS', 'SHARED_CODE_SEED',
+           'RANDBIT_MNIST_PAPER', 'PAPER_KS', 'twin_share', 'random_bits', 'append_bits', 'read_bits', 'RandBit',
+           'features', 'SuppressionConfig', 'convn_encoder', 'new_encoder', 'contrastive_objective', 'embed_views',
+           'train_contrastive', 'randbit_augment', 'randbit_run', 'run_path', 'cached_result', 'run_grid',
+           'randbit_figure', 'MultiDigits', 'make_multidigits', 'multidigits_run', 'multidigits_figure',
+           'accuracy_direction', 'at_chance', 'SuppressionGrid', 'suppression_findings', 'zero_bit_confound',
+           'code_seen_probability', 'shared_code_run', 'run_shared_codes', 'shared_code_summary', 'shared_codes_figure',
+           'SuppressionExplorer', 'paper_table', 'randbit_mnist_paper']
 
 # %% ../nbs/12_feature_suppression.ipynb #6394e15b
 def twin_share(
@@ -157,6 +158,8 @@ ARCHS = ("convnet", "convn")                    # lesson 05's ConvNet, or the co
 SCHEDULES = ("constant", "linear")              # Adam's learning rate: constant, or decayed linearly to 0 (the colab's)
 AUGMENTS = ("preset", "crop")                   # the dataset's TwoViewAugment preset, or the colab's crop-and-resize only
 
+SHARED_WITH_PRETRAIN = ("tau", "epochs", "batch_size", "width", "out_dim", "head", "seed", "dataset")  # PretrainConfig's meaning and checks
+
 @dataclass(frozen=True)
 class SuppressionConfig:
     "One pretraining run of this lesson and its linear probes."
@@ -193,6 +196,7 @@ class SuppressionConfig:
             check_choice(name, getattr(self, name), allowed)
         if not (isinstance(self.weight_decay, (int, float)) and math.isfinite(self.weight_decay) and self.weight_decay >= 0):
             raise ValueError(f"weight_decay must be a finite number >= 0, got {self.weight_decay!r}")
+        PretrainConfig(**{name: getattr(self, name) for name in SHARED_WITH_PRETRAIN})  # the fields lesson 07 shares, checked as there
 
     def key(self) -> str:
         "A short fingerprint of every field: runs with different settings never share a cached result."
@@ -237,6 +241,23 @@ def contrastive_objective(z1: Tensor, z2: Tensor, tau: float, loss: str = "nt_xe
     target = torch.arange(len(z1), device=z1.device)
     return F.cross_entropy(sim, target) + F.cross_entropy(sim.T, target)
 
+def embed_views(model: Encoder, v1: Tensor, v2: Tensor, loss: str = "nt_xent") -> tuple[Tensor, Tensor, Tensor]:
+    "(h1, z1, z2): the first view's backbone features (the online probe's input) and both views' normalised embeddings."
+    if loss == "cross_view":  # the colab runs the two views through the network separately
+        h1, h2 = model.features(v1), model.features(v2)
+        z1, z2 = (F.normalize(model.head(h), dim=1) for h in (h1, h2))
+    else:
+        h1, h2 = model.features(torch.cat([v1, v2])).split(len(v1))
+        z1, z2 = F.normalize(model.head(torch.cat([h1, h2])), dim=1).split(len(v1))
+    return h1, z1, z2
+
+def _penalty(model: Encoder, config: SuppressionConfig, probe: nn.Linear | None, h1: Tensor, y: Tensor | None) -> Tensor:
+    "What the update adds to the loss: the L2 penalty c·Σw² on the kernels, then the online probe's cross-entropy on detached features."
+    terms = []
+    if config.weight_decay: terms.append(config.weight_decay * sum(w.pow(2).sum() for w in _kernels(model)))
+    if probe is not None: terms.append(F.cross_entropy(probe(h1.detach()), y))  # the stop-gradient: no gradient reaches the encoder
+    return terms[0] if len(terms) == 1 else terms[0] + terms[1]
+
 def train_contrastive(
     views: Callable[[Tensor, torch.Generator], tuple[Tensor, Tensor]],  # (indices [B], generator) -> two views [B, C, H, W]
     n: int,                        # training images; each epoch visits n // batch_size batches
@@ -264,25 +285,17 @@ def train_contrastive(
     total_steps = config.epochs * steps
     decay = (lambda t: 1 - t / total_steps) if config.schedule == "linear" else (lambda t: 1.0)  # PolynomialDecay, power 1
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, decay)
+    penalized = bool(config.weight_decay) or probe is not None
     with tqdm(total=total_steps, desc=desc, disable=not progress, leave=False) as bar:
         for epoch in range(config.epochs):
             order, total = torch.randperm(n, generator=generator), 0.0
             for step in range(steps):
                 idx = order[step * config.batch_size:(step + 1) * config.batch_size]
                 v1, v2 = views(idx, generator)
-                if config.loss == "cross_view":  # the colab runs the two views through the network separately
-                    h1, h2 = model.features(v1), model.features(v2)
-                else:
-                    h1, h2 = model.features(torch.cat([v1, v2])).split(len(v1))
-                z1, z2 = (F.normalize(model.head(h), dim=1) for h in (h1, h2)) if config.loss == "cross_view" else \
-                    F.normalize(model.head(torch.cat([h1, h2])), dim=1).split(len(v1))
-                loss = contrastive_objective(z1, z2, config.tau, config.loss)
-                objective = loss
-                if config.weight_decay: objective = objective + config.weight_decay * sum(w.pow(2).sum() for w in _kernels(model))
-                if probe is not None: objective = objective + F.cross_entropy(probe(h1.detach()), labels[idx])
-                optimizer.zero_grad(set_to_none=True)
-                objective.backward()
-                optimizer.step()
+                y = None if probe is None else labels[idx]
+                _, loss = gradient_step(optimizer, lambda: embed_views(model, v1, v2, config.loss),  # lesson 07's update
+                                        lambda out: contrastive_objective(out[1], out[2], config.tau, config.loss),
+                                        penalty=(lambda out: _penalty(model, config, probe, out[0], y)) if penalized else None)
                 scheduler.step()
                 total += loss.item()
                 bar.update(); bar.set_postfix(epoch=epoch + 1, loss=f"{loss.item():.3f}")
@@ -354,7 +367,7 @@ def run_path(out_dir: str | Path, experiment: str, value: float, config: Suppres
 def cached_result(out_dir: str | Path, experiment: str, value: float, config: SuppressionConfig) -> dict | None:
     "A finished run's row from its JSON file, or None if it has not been run with exactly this configuration."
     path = run_path(out_dir, experiment, value, config)
-    return json.loads(path.read_text()) if path.exists() else None
+    return read_json(path) if path.exists() else None
 
 def run_grid(
     experiment: str,                       # "randbit" or "multidigits"
@@ -743,7 +756,7 @@ def run_shared_codes(
     for cfg in tqdm(cells, desc=f"shared codes, k={k}", disable=not progress):
         path = out_dir / f"sharedcodes-k{k}-tau{cfg.tau:g}-seed{cfg.seed}-{n_drawn}d{n_seen}s-{cfg.key()}.json"
         if not path.exists(): write_json_atomic(path, shared_code_run(k, cfg, n_drawn, n_seen, progress=False))
-        rows.append(json.loads(path.read_text()))
+        rows.append(read_json(path))
     return rows
 
 # %% ../nbs/12_feature_suppression.ipynb #0f446125

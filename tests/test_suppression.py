@@ -184,6 +184,40 @@ def test_training_is_deterministic_and_bits_make_the_task_easy(digits):
         train_contrastive(rb.views, 100, rb.in_channels, cfg, progress=False)
 
 
+def test_each_step_is_lesson_07s_gradient_step(digits, monkeypatch):
+    import ctl_explore.suppression as suppression
+    from ctl_explore.train import gradient_step
+    calls = []
+    def counted(*args, **kw):
+        calls.append(kw.get("penalty") is not None)
+        return gradient_step(*args, **kw)
+    monkeypatch.setattr(suppression, "gradient_step", counted)
+    rb = RandBit(digits, 2)
+    steps = len(rb) // TINY.batch_size
+    train_contrastive(rb.views, len(rb), rb.in_channels, TINY, progress=False)
+    assert calls == [False] * steps                      # no probe, no weight decay: the loss alone
+    calls.clear()
+    train_contrastive(rb.views, len(rb), rb.in_channels, replace(TINY, weight_decay=1e-4), progress=False, labels=digits.labels)
+    assert calls == [True] * steps                       # the L2 penalty and the online probe ride along with the update
+
+
+def test_shared_fields_mean_what_pretrain_config_says():
+    from dataclasses import fields
+    from ctl_explore.suppression import SHARED_WITH_PRETRAIN
+    from ctl_explore.train import PretrainConfig
+    ours, theirs = ({f.name: f.type for f in fields(c)} for c in (SuppressionConfig, PretrainConfig))
+    assert {name: ours[name] for name in SHARED_WITH_PRETRAIN} == {name: theirs[name] for name in SHARED_WITH_PRETRAIN}
+    with pytest.raises(ValueError, match=r"width must be an integer in \[1, 1024\]"): SuppressionConfig(width=2000)
+    assert SuppressionConfig().key() == "0a8a56ee" and RANDBIT_CONFIG.key() == "5aa37de1"  # the cache's keys are unchanged
+
+
+def test_a_damaged_cache_file_is_named(tmp_path):
+    path = run_path(tmp_path, "randbit", 2, TINY)
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="is not valid JSON") as e: cached_result(tmp_path, "randbit", 2, TINY)
+    assert str(path) in str(e.value)
+
+
 def test_grid_caches_each_run_and_resumes(tmp_path):
     rows = run_grid("randbit", (0, 2), (0.1,), tmp_path, TINY, progress=False)
     assert [r["k"] for r in rows] == [0, 2] and all(0 <= r["digit_top1"] <= 1 for r in rows)
