@@ -41,6 +41,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                     'ctl_explore.course._figure_title': ('course_kit.html#_figure_title', 'ctl_explore/course.py'),
                                     'ctl_explore.course._nbdev_settings': ('course_kit.html#_nbdev_settings', 'ctl_explore/course.py'),
                                     'ctl_explore.course._page': ('course_kit.html#_page', 'ctl_explore/course.py'),
+                                    'ctl_explore.course._set_source': ('course_kit.html#_set_source', 'ctl_explore/course.py'),
                                     'ctl_explore.course._source': ('course_kit.html#_source', 'ctl_explore/course.py'),
                                     'ctl_explore.course._with_site_link': ('course_kit.html#_with_site_link', 'ctl_explore/course.py'),
                                     'ctl_explore.course.answer_key': ('course_kit.html#answer_key', 'ctl_explore/course.py'),

@@ -133,6 +133,10 @@ def _with_site_link(first: str, line: str) -> str:
     m = re.search(r"^>.*$", first, re.M)
     return first[:m.end()] + "\n\n" + line + first[m.end():]
 
+def _set_source(cell: dict, text: str) -> None:
+    "Put `text` into `cell` in the form its notebook keeps sources: a list of lines (as nbdev-clean writes them) or one string."
+    cell["source"] = text.splitlines(keepends=True) if isinstance(cell["source"], list) else text
+
 def update_docs(root: str | Path = "..", write: bool = True) -> list[str]:
     """Bring README.md, nbs/index.ipynb and each lesson's site link in step with the lessons; the files that were (or,
     with `write=False`, would be) changed. Run `python -m ctl_explore.course` after adding or changing a lesson."""
@@ -157,7 +161,7 @@ def update_docs(root: str | Path = "..", write: bool = True) -> list[str]:
         lesson_header(p)  # a ValueError naming a lesson without its title or summary line
         def link(cells, stem=p.stem):
             c = next(c for c in cells if c["cell_type"] == "markdown")
-            c["source"] = _with_site_link(_source(c), site_link_line(stem, url))
+            _set_source(c, _with_site_link(_source(c), site_link_line(stem, url)))
         fix_nb(p, link)
     readme = (root / "README.md").read_text()
     readme = _between(_between(readme, "reading-times", reading_table(nbs, link="nbs/")), "course-table", course_table(nbs, link="nbs/"))
@@ -168,7 +172,7 @@ def update_docs(root: str | Path = "..", write: bool = True) -> list[str]:
             s = _source(c)
             if "<!-- reading-times:" in s: s = _between(s, "reading-times", reading_table(nbs))
             if "<!-- course-table:" in s: s = _between(s, "course-table", course_table(nbs))
-            c["source"] = s
+            _set_source(c, s)
     fix_nb(nbs / "index.ipynb", index_cells)
     return sorted(changed)
 
@@ -185,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # %% ../nbs/93_course_kit.ipynb #632699e6
-if __name__ == "__main__":
+if __name__ == "__main__":  # `python -m ctl_explore.course`
     import sys
     sys.exit(main())
 
