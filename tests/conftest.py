@@ -1,8 +1,9 @@
 """Shared pytest configuration: Hypothesis profiles, and the suite's size.
 
-The whole suite takes about ten minutes on 2 CPU cores (602 s measured with `--durations`); the tests marked `slow`
-(a browser, a site build, several processes, compiled kernels, whole training runs: each over 3.5 s there) are most of
-it, so `pytest -m "not slow"` is the quick inner loop: 1155 tests in 132 s on the same 2 cores (quiet).
+The whole suite takes 570 s on 2 CPU cores run as README's test command runs it (`-n 2 --dist loadgroup`: two
+pytest-xdist workers, each test file whole on one of them); the tests marked `slow` (a browser, a site build, several
+processes, compiled kernels, whole training runs: each over 3.5 s) are most of it, so `pytest -n 2 -m "not slow"` is
+the quick inner loop: 1294 tests in 105 s on the same 2 cores.
 
 Pick a profile with the environment variable ``HYPOTHESIS_PROFILE``:
 
@@ -33,3 +34,15 @@ settings.load_profile(PROFILE)
 def pytest_report_header(config):
     return (f"hypothesis profile: {PROFILE} (max_examples={settings.default.max_examples}); "
             f"torch threads: {torch.get_num_threads()}")
+
+
+# With pytest-xdist (`-n 2`, set in pyproject's addopts), each test file runs whole on one worker, so that its module
+# fixtures are made once; the two files that check the built site share one group, so the site is built once.
+SITE_FILES = {"test_site_browser.py", "test_explorables.py"}
+
+
+def pytest_collection_modifyitems(config, items):
+    import pytest
+    for item in items:
+        name = item.path.name
+        item.add_marker(pytest.mark.xdist_group("site" if name in SITE_FILES else name))
