@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import sys
+import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
@@ -229,15 +230,21 @@ def execute_lesson(path: str | Path, flags: list[str] | tuple[str, ...], timeout
                             extra_arguments=["--IPKernelApp.log_level=ERROR"],  # not the warning about TCP on loopback
                             on_cell_error=lambda cell, cell_index, execute_reply: failed.setdefault("index", cell_index))
     start = time.monotonic()
-    try: client.execute(env={**os.environ, "PLOTLY_RENDERER": "plotly_mimetype"})
-    except (CellExecutionError, CellTimeoutError) as e:
-        i = failed.get("index", -1)
-        where = f"cell {i} of {len(nb.cells) - 1}" if i >= 1 else "the setup cell" if i == 0 else "a cell"
-        first = _first_line(nb.cells[i].source) if 0 <= i < len(nb.cells) else ""
-        what = (f"{e.ename}: {e.evalue}" if isinstance(e, CellExecutionError) and e.ename else str(e).strip().splitlines()[-1])
-        raise SiteError(f"{path.name}, {where} (`{first}`) failed: {what}") from None
-    except Exception as e:
-        raise SiteError(f"{path.name} could not run: {type(e).__name__}: {e}") from None
+    # The kernel's own stderr (not the cells': theirs arrive as outputs) is kept apart: a kernel shut down after a failed
+    # cell may log its messaging library's shutdown races there, which are not the lesson's error. It is said only if
+    # the kernel itself could not run.
+    with tempfile.TemporaryFile() as kernel_stderr:
+        try: client.execute(env={**os.environ, "PLOTLY_RENDERER": "plotly_mimetype"}, stderr=kernel_stderr)
+        except (CellExecutionError, CellTimeoutError) as e:
+            i = failed.get("index", -1)
+            where = f"cell {i} of {len(nb.cells) - 1}" if i >= 1 else "the setup cell" if i == 0 else "a cell"
+            first = _first_line(nb.cells[i].source) if 0 <= i < len(nb.cells) else ""
+            what = (f"{e.ename}: {e.evalue}" if isinstance(e, CellExecutionError) and e.ename else str(e).strip().splitlines()[-1])
+            raise SiteError(f"{path.name}, {where} (`{first}`) failed: {what}") from None
+        except Exception as e:
+            kernel_stderr.seek(0)
+            said = kernel_stderr.read().decode(errors="replace").strip().splitlines()[-3:]
+            raise SiteError(f"{path.name} could not run: {type(e).__name__}: {e}" + ("; the kernel said: " + " / ".join(said) if said else "")) from None
     nb.cells.pop(0)
     final = nb.cells.pop()
     snaps = next((o.data[SNAPSHOTS_MIME] for o in final.outputs if SNAPSHOTS_MIME in o.get("data", {})), {})
