@@ -60,6 +60,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                     'ctl_explore.course.lesson_stats': ('course_kit.html#lesson_stats', 'ctl_explore/course.py'),
                                     'ctl_explore.course.lessons': ('course_kit.html#lessons', 'ctl_explore/course.py'),
                                     'ctl_explore.course.main': ('course_kit.html#main', 'ctl_explore/course.py'),
+                                    'ctl_explore.course.on_the_page': ('course_kit.html#on_the_page', 'ctl_explore/course.py'),
                                     'ctl_explore.course.plan_markdown': ('course_kit.html#plan_markdown', 'ctl_explore/course.py'),
                                     'ctl_explore.course.reading_table': ('course_kit.html#reading_table', 'ctl_explore/course.py'),
                                     'ctl_explore.course.site_link_line': ('course_kit.html#site_link_line', 'ctl_explore/course.py'),

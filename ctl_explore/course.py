@@ -16,8 +16,9 @@ from pathlib import Path
 __all__ = ['WORDS_PER_MINUTE', 'CODE_LINES_PER_MINUTE', 'MINUTES_PER_EXERCISE', 'READING_RULE', 'SITE_LINK', 'MARKERS',
            'CORE_LESSONS', 'MAX_TEST_SHARE', 'PLANS', 'KEY_FIGURE_LESSONS', 'is_hidden', 'count_exercises',
            'LessonStats', 'lesson_stats', 'lessons', 'reading_table', 'lesson_header', 'course_table', 'site_url',
-           'site_link_line', 'update_docs', 'main', 'is_test_cell', 'lesson_shape', 'Slot', 'headings', 'check_plan',
-           'plan_markdown', 'answer_key', 'answer_key_html', 'figure_blocks', 'figures_page', 'instructors_page']
+           'site_link_line', 'update_docs', 'main', 'on_the_page', 'is_test_cell', 'lesson_shape', 'Slot', 'headings',
+           'check_plan', 'plan_markdown', 'answer_key', 'answer_key_html', 'figure_blocks', 'figures_page',
+           'instructors_page']
 
 # %% ../nbs/93_course_kit.ipynb #e83790cb
 WORDS_PER_MINUTE = 130
@@ -196,18 +197,22 @@ if __name__ == "__main__":  # `python -m ctl_explore.course`
 # %% ../nbs/93_course_kit.ipynb #7bc141de
 CORE_LESSONS = ("00", "01", "02", "03", "06", "07", "08", "09")  # the lessons a class reads; the others are further reading or appendices
 MAX_TEST_SHARE = 0.25  # at most a quarter of the code cells a reader sees in a core lesson may be checks
-_TEST_LINE = re.compile(r"^(?:test_\w+\(|assert\b)", re.M)  # a check at the cell's top level (not inside a function it defines)
+_TEST_LINE = re.compile(r"^\s*(?:test_\w+\(|assert\b)", re.M)  # a check, at the top level or in a loop of the cell
 _ENGINEERING_TALK = re.compile(r"\bCI\b|\btests/|\btest_\w+\.py\b|\bissues? #?\d+|\b(?:earlier|older|previous) versions?\b", re.I)
 
+def on_the_page(cell: dict) -> bool:
+    "Whether a reader meets this cell on GitHub and on the site: every cell but `#| hide` ones (a collapsed cell is still there, only folded in JupyterLab)."
+    return not _source(cell).lstrip().startswith("#| hide")
+
 def is_test_cell(cell: dict) -> bool:
-    "A visible code cell whose top level checks something (`test_eq(...)`, `assert ...`): an exported cell never is one."
+    "A code cell on the page that checks something (`test_eq(...)`, `assert ...`, also in a loop): an exported cell never is one."
     src = _source(cell)
-    return cell["cell_type"] == "code" and not is_hidden(cell) and "#| export" not in src and bool(_TEST_LINE.search(src))
+    return cell["cell_type"] == "code" and on_the_page(cell) and "#| export" not in src and bool(_TEST_LINE.search(src))
 
 def lesson_shape(path: str | Path) -> dict:
     "What a reader meets in a lesson: visible code cells, how many are checks, their share, and prose sentences that talk about the project's engineering."
     cells = json.loads(Path(path).read_text())["cells"]
-    visible = [c for c in cells if c["cell_type"] == "code" and not is_hidden(c)]  # what a reader sees, the library's cells included
+    visible = [c for c in cells if c["cell_type"] == "code" and on_the_page(c)]  # what a reader meets, the library's cells included
     tests = sum(is_test_cell(c) for c in visible)
     talk = [m.group(0) for c in cells if c["cell_type"] == "markdown" for m in _ENGINEERING_TALK.finditer(_source(c))]
     return dict(code_cells=len(visible), test_cells=tests, test_share=tests / max(1, len(visible)), engineering_talk=talk,
