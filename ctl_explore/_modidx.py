@@ -38,6 +38,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
             'ctl_explore.course': { 'ctl_explore.course.LessonStats': ('course_kit.html#lessonstats', 'ctl_explore/course.py'),
                                     'ctl_explore.course.Slot': ('course_kit.html#slot', 'ctl_explore/course.py'),
                                     'ctl_explore.course._between': ('course_kit.html#_between', 'ctl_explore/course.py'),
+                                    'ctl_explore.course._code_lines': ('course_kit.html#_code_lines', 'ctl_explore/course.py'),
                                     'ctl_explore.course._exercises_section': ( 'course_kit.html#_exercises_section',
                                                                                'ctl_explore/course.py'),
                                     'ctl_explore.course._figure_title': ('course_kit.html#_figure_title', 'ctl_explore/course.py'),

@@ -14,12 +14,12 @@ from pathlib import Path
 
 # %% auto #0
 __all__ = ['WORDS_PER_MINUTE', 'CODE_LINES_PER_MINUTE', 'MINUTES_PER_EXERCISE', 'MINUTES_PER_DERIVATION', 'READING_RULE',
-           'SITE_LINK', 'MARKERS', 'CORE_LESSONS', 'MAX_TEST_SHARE', 'PLANS', 'MAX_CONTENT', 'KEY_FIGURE_LESSONS',
-           'is_hidden', 'exercise_texts', 'is_derivation', 'count_exercises', 'LessonStats', 'reading_minutes',
-           'lesson_stats', 'lessons', 'reading_table', 'lesson_header', 'course_table', 'site_url', 'site_link_line',
-           'update_docs', 'main', 'on_the_page', 'is_test_cell', 'lesson_shape', 'Slot', 'headings', 'check_plan',
-           'section_cells', 'slot_content', 'session_minutes', 'plan_markdown', 'answer_key', 'answer_key_html',
-           'figure_blocks', 'figures_page', 'instructors_page']
+           'SITE_LINK', 'MARKERS', 'CORE_LESSONS', 'MAX_TEST_SHARE', 'SHAPE_LIMITS', 'SHAPE_PENDING', 'PLANS',
+           'MAX_CONTENT', 'KEY_FIGURE_LESSONS', 'is_hidden', 'exercise_texts', 'is_derivation', 'count_exercises',
+           'LessonStats', 'reading_minutes', 'lesson_stats', 'lessons', 'reading_table', 'lesson_header',
+           'course_table', 'site_url', 'site_link_line', 'update_docs', 'main', 'on_the_page', 'is_test_cell',
+           'lesson_shape', 'Slot', 'headings', 'check_plan', 'section_cells', 'slot_content', 'session_minutes',
+           'plan_markdown', 'answer_key', 'answer_key_html', 'figure_blocks', 'figures_page', 'instructors_page']
 
 # %% ../nbs/93_course_kit.ipynb #e83790cb
 WORDS_PER_MINUTE = 100       # a careful first read of prose with equations in it
@@ -241,6 +241,8 @@ if __name__ == "__main__":  # `python -m ctl_explore.course`
 CORE_LESSONS = ("00", "01", "02", "03", "06", "07", "08", "09")  # the lessons a class reads; the others are further reading or appendices
 MAX_TEST_SHARE = 0.25  # at most a quarter of the code cells a reader sees in a core lesson may be checks
 _TEST_LINE = re.compile(r"^\s*(?:test_\w+\(|assert\b)", re.M)  # a check, at the top level or in a loop of the cell
+SHAPE_LIMITS = dict(median_lines=10, words_per_line=10, largest_lines=40)  # a core lesson's code: median cell, prose per line, largest cell
+SHAPE_PENDING = ("00", "07", "08", "09")  # core lessons that do not meet SHAPE_LIMITS yet: their numbers are reported, not required
 _ENGINEERING_TALK = re.compile(r"\bCI\b|\btests/|\btest_\w+\.py\b|\bissues? #?\d+|\b(?:earlier|older|previous) versions?\b", re.I)
 
 def on_the_page(cell: dict) -> bool:
@@ -252,13 +254,21 @@ def is_test_cell(cell: dict) -> bool:
     src = _source(cell)
     return cell["cell_type"] == "code" and on_the_page(cell) and "#| export" not in src and bool(_TEST_LINE.search(src))
 
+def _code_lines(cell: dict) -> int: return sum(1 for l in _source(cell).splitlines() if l.strip() and not l.lstrip().startswith("#|"))
+
 def lesson_shape(path: str | Path) -> dict:
-    "What a reader meets in a lesson: visible code cells, how many are checks, their share, and prose sentences that talk about the project's engineering."
+    """What a reader meets in a lesson: visible code cells, how many are checks, their share, prose sentences that talk
+    about the project's engineering, and the size of its code: the median and the largest visible cell (in lines, blank
+    lines and nbdev directives not counted) and the words of prose per visible line of code."""
     cells = json.loads(Path(path).read_text())["cells"]
     visible = [c for c in cells if c["cell_type"] == "code" and on_the_page(c)]  # what a reader meets, the library's cells included
     tests = sum(is_test_cell(c) for c in visible)
     talk = [m.group(0) for c in cells if c["cell_type"] == "markdown" for m in _ENGINEERING_TALK.finditer(_source(c))]
+    sizes = sorted(_code_lines(c) for c in visible) or [0]
+    mid = len(sizes) // 2
     return dict(code_cells=len(visible), test_cells=tests, test_share=tests / max(1, len(visible)), engineering_talk=talk,
+                median_lines=sizes[mid] if len(sizes) % 2 else (sizes[mid - 1] + sizes[mid]) / 2, largest_lines=sizes[-1],
+                words_per_line=_words(cells) / max(1, sum(sizes)),
                 objectives=any(re.search(r"After this lesson you can", _source(c)) for c in cells if c["cell_type"] == "markdown"),
                 takeaways=any(re.match(r"##\s*Key takeaways", _source(c).strip()) for c in cells if c["cell_type"] == "markdown"))
 
