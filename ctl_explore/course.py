@@ -13,21 +13,27 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['WORDS_PER_MINUTE', 'CODE_LINES_PER_MINUTE', 'MINUTES_PER_EXERCISE', 'READING_RULE', 'SITE_LINK', 'MARKERS',
-           'CORE_LESSONS', 'MAX_TEST_SHARE', 'PLANS', 'KEY_FIGURE_LESSONS', 'is_hidden', 'count_exercises',
-           'LessonStats', 'lesson_stats', 'lessons', 'reading_table', 'lesson_header', 'course_table', 'site_url',
-           'site_link_line', 'update_docs', 'main', 'on_the_page', 'is_test_cell', 'lesson_shape', 'Slot', 'headings',
-           'check_plan', 'plan_markdown', 'answer_key', 'answer_key_html', 'figure_blocks', 'figures_page',
-           'instructors_page']
+__all__ = ['WORDS_PER_MINUTE', 'CODE_LINES_PER_MINUTE', 'MINUTES_PER_EXERCISE', 'MINUTES_PER_DERIVATION', 'READING_RULE',
+           'SITE_LINK', 'MARKERS', 'CORE_LESSONS', 'MAX_TEST_SHARE', 'SHAPE_LIMITS', 'SHAPE_PENDING', 'PLANS',
+           'MAX_CONTENT', 'KEY_FIGURE_LESSONS', 'is_hidden', 'exercise_texts', 'is_derivation', 'count_exercises',
+           'LessonStats', 'reading_minutes', 'lesson_stats', 'lessons', 'reading_table', 'lesson_header',
+           'course_table', 'site_url', 'site_link_line', 'update_docs', 'main', 'on_the_page', 'is_test_cell',
+           'lesson_shape', 'Slot', 'headings', 'check_plan', 'section_cells', 'slot_content', 'session_minutes',
+           'plan_markdown', 'answer_key', 'answer_key_html', 'figure_blocks', 'figures_page', 'instructors_page']
 
 # %% ../nbs/93_course_kit.ipynb #e83790cb
-WORDS_PER_MINUTE = 130
-CODE_LINES_PER_MINUTE = 10
-MINUTES_PER_EXERCISE = 10
+WORDS_PER_MINUTE = 100       # a careful first read of prose with equations in it
+CODE_LINES_PER_MINUTE = 5    # code read to see which equation each line computes
+MINUTES_PER_EXERCISE = 10    # an exercise answered with a number, a line or a short function
+MINUTES_PER_DERIVATION = 20  # an exercise worked out on paper first: a formula, a derivation, a computation by hand
 READING_RULE = (f"prose at {WORDS_PER_MINUTE} words a minute, plus a minute per {CODE_LINES_PER_MINUTE} visible lines of code, "
-                f"plus {MINUTES_PER_EXERCISE} minutes per exercise, rounded up to 5 minutes")
+                f"plus {MINUTES_PER_EXERCISE} minutes per exercise and {MINUTES_PER_DERIVATION} per derivation exercise "
+                "(one to work out on paper), rounded up to 5 minutes")
 
-_EXERCISE = re.compile(r"^(?:#{2,4}\s*Exercise\b(?!s)|\*\*Exercise\b)", re.M)
+# where an exercise starts in a lesson's Exercises section: a heading "Exercise N" or "Exercises N to M", a bold
+# "**Exercise N", or a numbered item "N. **" under a heading "Exercises N to M"
+_EXERCISE_START = re.compile(r"^(?:#{2,4}\s*Exercises?\s+(\d+)(?:\s*(?:to|–|-)\s*(\d+))?\b|\*\*Exercise\s+(\d+)\b|(\d+)\.\s+\*\*)", re.M)
+_DERIVATION = re.compile(r"\b(?:deriv\w*|work (?:it |them )?out|by hand|pen and paper|as a function of|to leading order|prove|show that)\b", re.I)
 
 def _source(cell: dict) -> str: return "".join(cell["source"])
 
@@ -35,35 +41,72 @@ def is_hidden(cell: dict) -> bool:
     "Whether a student does not see this cell's code: collapsed in JupyterLab (`source_hidden`) or hidden by `#| hide`."
     return bool(cell.get("metadata", {}).get("jupyter", {}).get("source_hidden")) or _source(cell).lstrip().startswith("#| hide")
 
-def count_exercises(cells: list[dict]) -> int:
-    "Exercises: the visible code cells after the '## Exercises' heading that call a check defined in a hidden cell (one answer cell per exercise)."
+def _exercises_section(cells: list[dict]) -> tuple[int, int] | None:
+    "(first, end): the cells from a lesson's '## Exercises' heading to its References or Solutions; None without one."
     start = next((i for i, c in enumerate(cells) if c["cell_type"] == "markdown" and re.match(r"##\s*Exercises\b", _source(c).strip())), None)
-    if start is None: return 0
+    if start is None: return None
+    end = next((i for i in range(start + 1, len(cells)) if cells[i]["cell_type"] == "markdown"
+                and re.match(r"##\s*(References|Solutions)\b", _source(cells[i]).strip())), len(cells))
+    return start, end
+
+def exercise_texts(cells: list[dict]) -> dict[int, str]:
+    "A lesson's exercises by number, each with its text: the Exercises section's prose from where the exercise starts to where the next one does."
+    section = _exercises_section(cells)
+    if section is None: return {}
+    text = "\n\n".join(_source(c) for c in cells[slice(*section)] if c["cell_type"] == "markdown")
+    marks, found, numbered = list(_EXERCISE_START.finditer(text)), {}, range(0)
+    for k, m in enumerate(marks):
+        body = text[m.start():marks[k + 1].start() if k + 1 < len(marks) else len(text)]
+        if m.group(1):  # a heading: one exercise, or a range whose items may follow
+            numbered = range(int(m.group(1)), int(m.group(2) or m.group(1)) + 1)
+            for n in numbered: found.setdefault(n, body)
+        elif m.group(3): found[int(m.group(3))] = body
+        elif int(m.group(4)) in numbered: found[int(m.group(4))] = body  # an item's own text, in place of its range's
+    return dict(sorted(found.items()))
+
+def is_derivation(text: str) -> bool:
+    "Whether an exercise's text asks for work on paper: a derivation, a formula as a function of something, a computation by hand."
+    return bool(_DERIVATION.search(text))
+
+def count_exercises(cells: list[dict]) -> int:
+    """A lesson's exercises: those its Exercises section numbers (however many answer cells each has); in a section that
+    numbers none, the visible code cells that call a check defined in a hidden cell, one per exercise."""
+    if texts := exercise_texts(cells): return len(texts)
+    section = _exercises_section(cells)
+    if section is None: return 0
     checks = {m for c in cells if c["cell_type"] == "code" and is_hidden(c) for m in re.findall(r"^def (\w+)\(", _source(c), re.M)}
-    answers = 0
-    for c in cells[start + 1:]:
-        if c["cell_type"] == "markdown" and re.match(r"##\s*(References|Solutions)\b", _source(c).strip()): break
-        if c["cell_type"] == "code" and not is_hidden(c) and any(re.search(rf"\b{re.escape(n)}\(", _source(c)) for n in checks): answers += 1
-    return answers
+    return sum(1 for c in cells[section[0] + 1:section[1]] if c["cell_type"] == "code" and not is_hidden(c)
+               and any(re.search(rf"\b{re.escape(n)}\(", _source(c)) for n in checks))
+
+def _visible_lines(cells: list[dict]) -> int:
+    return sum(1 for c in cells if c["cell_type"] == "code" and not is_hidden(c)
+               for line in _source(c).splitlines() if line.strip() and not line.lstrip().startswith("#|"))
+
+def _words(cells: list[dict]) -> int: return sum(len(_source(c).split()) for c in cells if c["cell_type"] == "markdown")
 
 @dataclass
 class LessonStats:
     words: int       # words of prose (markdown cells)
     code_lines: int  # visible lines of code
-    exercises: int
+    exercises: int   # all of them, derivations included
     minutes: int     # by READING_RULE
+    derivations: int = 0  # the exercises to work out on paper
+
+def reading_minutes(words: int, code_lines: int, exercises: int = 0, derivations: int = 0) -> float:
+    "READING_RULE before rounding: minutes to read `words` of prose and `code_lines` visible lines and do the exercises (`derivations` of them on paper)."
+    if not 0 <= derivations <= exercises: raise ValueError(f"derivations must lie between 0 and exercises ({exercises}), got {derivations!r}")
+    return (words / WORDS_PER_MINUTE + code_lines / CODE_LINES_PER_MINUTE
+            + MINUTES_PER_EXERCISE * (exercises - derivations) + MINUTES_PER_DERIVATION * derivations)
 
 def lesson_stats(path: str | Path) -> LessonStats:
-    "Words, visible code lines, exercises and reading minutes of the lesson notebook at `path`."
+    "Words, visible code lines, exercises (and derivation exercises) and reading minutes of the lesson notebook at `path`."
     path = Path(path)
     if not path.is_file(): raise FileNotFoundError(f"no lesson notebook at {path}")
     cells = json.loads(path.read_text())["cells"]
-    words = sum(len(_source(c).split()) for c in cells if c["cell_type"] == "markdown")
-    lines = sum(1 for c in cells if c["cell_type"] == "code" and not is_hidden(c)
-                for line in _source(c).splitlines() if line.strip() and not line.lstrip().startswith("#|"))
-    exercises = count_exercises(cells)
-    minutes = words / WORDS_PER_MINUTE + lines / CODE_LINES_PER_MINUTE + MINUTES_PER_EXERCISE * exercises
-    return LessonStats(words, lines, exercises, 5 * max(1, math.ceil(minutes / 5)))
+    words, lines, exercises = _words(cells), _visible_lines(cells), count_exercises(cells)
+    derivations = sum(map(is_derivation, exercise_texts(cells).values()))
+    minutes = reading_minutes(words, lines, exercises, derivations)
+    return LessonStats(words, lines, exercises, 5 * max(1, math.ceil(minutes / 5)), derivations)
 
 # %% ../nbs/93_course_kit.ipynb #d8052019
 def lessons(nbs: str | Path = ".") -> list[Path]:
@@ -71,12 +114,12 @@ def lessons(nbs: str | Path = ".") -> list[Path]:
     return sorted(p for p in Path(nbs).glob("[0-9][0-9]_*.ipynb"))
 
 def reading_table(nbs: str | Path = ".", link: str = "") -> str:
-    "A markdown table of every lesson's words, visible code lines, exercises and reading time, with the total; `link` prefixes the notebook's name."
-    rows = ["| lesson | words of prose | visible lines of code | exercises | reading time |", "|---|---:|---:|---:|---:|"]
+    "A markdown table of every lesson's words, visible code lines, exercises (of them, derivations) and reading time, with the total; `link` prefixes the notebook's name."
+    rows = ["| lesson | words of prose | visible lines of code | exercises (derivations) | reading time |", "|---|---:|---:|---:|---:|"]
     total = 0
     for p in lessons(nbs):
         s = lesson_stats(p); total += s.minutes
-        rows.append(f"| [{p.stem[:2]}]({link}{p.name}) | {s.words:,} | {s.code_lines:,} | {s.exercises} | {s.minutes} min |")
+        rows.append(f"| [{p.stem[:2]}]({link}{p.name}) | {s.words:,} | {s.code_lines:,} | {s.exercises} ({s.derivations}) | {s.minutes} min |")
     rows.append(f"| all | | | | {total // 60} h {total % 60:02d} min |")
     return "\n".join(rows)
 
@@ -198,6 +241,8 @@ if __name__ == "__main__":  # `python -m ctl_explore.course`
 CORE_LESSONS = ("00", "01", "02", "03", "06", "07", "08", "09")  # the lessons a class reads; the others are further reading or appendices
 MAX_TEST_SHARE = 0.25  # at most a quarter of the code cells a reader sees in a core lesson may be checks
 _TEST_LINE = re.compile(r"^\s*(?:test_\w+\(|assert\b)", re.M)  # a check, at the top level or in a loop of the cell
+SHAPE_LIMITS = dict(median_lines=10, words_per_line=10, largest_lines=40)  # a core lesson's code: median cell, prose per line, largest cell
+SHAPE_PENDING = ("00", "07", "08", "09")  # core lessons that do not meet SHAPE_LIMITS yet: their numbers are reported, not required
 _ENGINEERING_TALK = re.compile(r"\bCI\b|\btests/|\btest_\w+\.py\b|\bissues? #?\d+|\b(?:earlier|older|previous) versions?\b", re.I)
 
 def on_the_page(cell: dict) -> bool:
@@ -209,13 +254,21 @@ def is_test_cell(cell: dict) -> bool:
     src = _source(cell)
     return cell["cell_type"] == "code" and on_the_page(cell) and "#| export" not in src and bool(_TEST_LINE.search(src))
 
+def _code_lines(cell: dict) -> int: return sum(1 for l in _source(cell).splitlines() if l.strip() and not l.lstrip().startswith("#|"))
+
 def lesson_shape(path: str | Path) -> dict:
-    "What a reader meets in a lesson: visible code cells, how many are checks, their share, and prose sentences that talk about the project's engineering."
+    """What a reader meets in a lesson: visible code cells, how many are checks, their share, prose sentences that talk
+    about the project's engineering, and the size of its code: the median and the largest visible cell (in lines, blank
+    lines and nbdev directives not counted) and the words of prose per visible line of code."""
     cells = json.loads(Path(path).read_text())["cells"]
     visible = [c for c in cells if c["cell_type"] == "code" and on_the_page(c)]  # what a reader meets, the library's cells included
     tests = sum(is_test_cell(c) for c in visible)
     talk = [m.group(0) for c in cells if c["cell_type"] == "markdown" for m in _ENGINEERING_TALK.finditer(_source(c))]
+    sizes = sorted(_code_lines(c) for c in visible) or [0]
+    mid = len(sizes) // 2
     return dict(code_cells=len(visible), test_cells=tests, test_share=tests / max(1, len(visible)), engineering_talk=talk,
+                median_lines=sizes[mid] if len(sizes) % 2 else (sizes[mid - 1] + sizes[mid]) / 2, largest_lines=sizes[-1],
+                words_per_line=_words(cells) / max(1, sum(sizes)),
                 objectives=any(re.search(r"After this lesson you can", _source(c)) for c in cells if c["cell_type"] == "markdown"),
                 takeaways=any(re.match(r"##\s*Key takeaways", _source(c).strip()) for c in cells if c["cell_type"] == "markdown"))
 
@@ -223,70 +276,103 @@ def lesson_shape(path: str | Path) -> dict:
 # %% ../nbs/93_course_kit.ipynb #7a31406c
 @dataclass
 class Slot:
-    minutes: int
-    lesson: str     # the notebook's name, e.g. "00_losses"
-    show: tuple     # section headings to show, as written in the notebook (without the #'s)
-    note: str = ""  # what to do there, and what to skip
+    minutes: int      # class time for it: its content by READING_RULE, and time to talk about it
+    lesson: str       # the notebook's name, e.g. "00_losses"
+    show: tuple       # section headings to show, as written in the notebook (without the #'s)
+    note: str = ""    # what to do there, and what to skip
+    skip: tuple = ()  # subsections of `show` left for later (headings): not shown, not counted
+    session: int = 1  # the class it belongs to, in a plan of several
+
+_HEADING = re.compile(r"^(#{1,4})\s+(.+)$", re.M)
 
 def headings(path: str | Path) -> list[str]:
     "Every markdown heading of a notebook, without its #'s."
     cells = json.loads(Path(path).read_text())["cells"]
-    return [m.group(1).strip() for c in cells if c["cell_type"] == "markdown" for m in re.finditer(r"^#{1,4}\s+(.+)$", _source(c), re.M)]
+    return [m.group(2).strip() for c in cells if c["cell_type"] == "markdown" for m in _HEADING.finditer(_source(c))]
+
+def _is(have: str, want: str) -> bool: return have == want or have.startswith(want)
 
 def check_plan(plan: list[Slot], nbs: str | Path = ".") -> None:
-    "Raise ValueError naming every section a plan shows that its lesson does not have."
+    "Raise ValueError naming every section a plan shows or skips that its lesson does not have."
     missing = []
     for slot in plan:
         path = Path(nbs) / f"{slot.lesson}.ipynb"
         if not path.is_file(): missing.append(f"lesson {slot.lesson} (no notebook)"); continue
         have = headings(path)
-        missing += [f"{slot.lesson}: '{h}'" for h in slot.show if not any(x == h or x.startswith(h) for x in have)]
+        missing += [f"{slot.lesson}: '{h}'" for h in slot.show + slot.skip if not any(_is(x, h) for x in have)]
     if missing: raise ValueError("the plan shows sections that do not exist: " + "; ".join(missing))
+
+def section_cells(cells: list[dict], heading: str) -> list[dict]:
+    "The cells of a notebook's section `heading` (the first whose heading starts so): from its heading to the next heading of its level or above."
+    marks = [(i, len(m.group(1)), m.group(2).strip()) for i, c in enumerate(cells) if c["cell_type"] == "markdown"
+             for m in _HEADING.finditer(_source(c))]
+    k = next((k for k, (_, _, h) in enumerate(marks) if _is(h, heading)), None)
+    if k is None: raise ValueError(f"no section {heading!r} in these cells")
+    first, level, _ = marks[k]
+    end = next((i for i, l, _ in marks[k + 1:] if l <= level and i > first), len(cells))
+    return cells[first:end]
+
+def slot_content(slot: Slot, nbs: str | Path = ".") -> float:
+    "Minutes of what a slot shows, by READING_RULE before rounding: the prose and visible code of its sections, less those it skips, each cell once (no exercises)."
+    cells = json.loads((Path(nbs) / f"{slot.lesson}.ipynb").read_text())["cells"]
+    ids = lambda hs: {id(c) for h in hs for c in section_cells(cells, h)}
+    shown = ids(slot.show) - ids(slot.skip)
+    kept = [c for c in cells if id(c) in shown]
+    return reading_minutes(_words(kept), _visible_lines(kept))
+
+def session_minutes(plan: list[Slot], nbs: str | Path = ".") -> dict[int, tuple[int, float]]:
+    "For each class of a plan: (class time its slots take, minutes of content they show by READING_RULE)."
+    out = {}
+    for s in plan:
+        time, content = out.get(s.session, (0, 0.0))
+        out[s.session] = (time + s.minutes, content + slot_content(s, nbs))
+    return dict(sorted(out.items()))
 
 # %% ../nbs/93_course_kit.ipynb #ba00e8f9
 PLANS: dict[str, list[Slot]] = {
     "One 90-minute class: what τ does": [
-        Slot(15, "00_losses", ("The contrastive loss (Eq 1)", "The two limits of the temperature (Eq 6, Eq 7)", "The loss against the temperature"),
-             "Skip the hard loss's code, the six losses by name and the checks; the hard loss comes back in lesson 01"),
-        Slot(25, "01_gradients", ("Where the lesson ends up", "The relative penalty is a Boltzmann distribution (Eq 5)",
-                                  "Fig 3 of [WL21]: where the penalty lands", "How sharp is the penalty? The entropy $H(r_i)$"),
-             "State Eq 4 and leave its derivation (Eq 4 step by step) and exercise 1 for homework"),
-        Slot(25, "02_explorer", ("What the explorer shows", "The hypersphere playground ([WL21] Section 4)", "Try it"),
-             "Project the explorer (the site's page works without Python); skip everything from 'How it is built' on"),
-        Slot(10, "03_metrics", ("The two numbers at a glance", "The uniformity–tolerance dilemma, in miniature"),
-             "Define uniformity and tolerance in words; the blocks and the large-scale cell are for later"),
-        Slot(15, "09_temperature_study", ("The digits study, as shipped", "How much to trust each verdict"),
-             "Read the shipped verdicts and where they break; nothing is trained in class"),
+        Slot(15, "00_losses", ("The contrastive loss (Eq 1)", "The loss against the temperature"),
+             "State the two limits from the figure's dashed curves; the limits' derivation, the hard loss and the checks are for later",
+             skip=("Two helpers, and a registry of the losses",)),
+        Slot(10, "01_gradients", ("Where the lesson ends up", "Fig 3 of [WL21]: where the penalty lands"),
+             "State Eq 4 and Eq 5 without deriving them; the derivation and exercise 1 are homework"),
+        Slot(20, "02_explorer", ("What the explorer shows", "The hypersphere playground ([WL21] Section 4)"),
+             "Project the explorer (the site's page works without Python) and run the playground once at τ = 0.2 and once at τ = 5",
+             skip=("The uniformity–tolerance dilemma, in numbers",)),
+        Slot(5, "03_metrics", ("The uniformity–tolerance dilemma, in miniature",), "Define uniformity and tolerance in words"),
+        Slot(40, "09_temperature_study", ("The regime and the criteria", "The digits study, as shipped", "How much to trust each verdict"),
+             "The criteria first: a verdict counts only runs that meet them. Then read the shipped verdicts and where they break; nothing is trained in class"),
     ],
-    "Three 90-minute classes: the whole argument": [
-        Slot(30, "00_losses", ("The contrastive loss (Eq 1)", "The simple contrastive loss (Eq 3)", "The two limits of the temperature (Eq 6, Eq 7)",
-                               "The loss against the temperature", "The hard contrastive loss (Eq 8, Eq 9)"), "Class 1. Exercises 1–3 as homework"),
-        Slot(35, "01_gradients", ("The gradients of Eq 1 (Eq 2, Eq 4)", "The relative penalty is a Boltzmann distribution (Eq 5)",
-                                  "Fig 3 of [WL21]: where the penalty lands", "The hard penalty (Eq 8)", "Watching the limits take over"),
-             "Class 1. Exercise 5 (predict, run, interpret) in class"),
-        Slot(25, "02_explorer", ("What the explorer shows", "The hypersphere playground ([WL21] Section 4)", "The uniformity–tolerance dilemma, in numbers"),
-             "Class 1. Skip 'How it is built'"),
-        Slot(25, "03_metrics", ("Uniformity ([WL21] Eq 10, [WI20])", "Tolerance ([WL21] Eq 11)", "The uniformity–tolerance dilemma, in miniature",
-                                "The similarity profile ([WL21] Fig 8)"), "Class 2. Skip 'At scale' and 'How it is built'"),
-        Slot(15, "06_memory_bank", ("The bank and its update", "The memory-bank loss (Eq 1 and Eq 9 against the bank)"), "Class 2"),
-        Slot(30, "07_pretrain", ("A first run", "The learning-rate schedule", "Exercise 4: predict, run, interpret"),
-             "Class 2. The checkpoints, locks and GPU sections are reference: skip them"),
-        Slot(20, "08_linear_eval", ("Pretrained against random", "The linear probe"), "Class 2"),
-        Slot(45, "09_temperature_study", ("Why the hard loss collapses at small τ", "The regime and the criteria", "The six findings, judged over the whole τ curve",
-                                          "The digits study, as shipped", "How much to trust each verdict"), "Class 3. Skip 'Presets' and 'How a study is run'"),
-        Slot(10, "10_embeddings", ("t-SNE, side by side",), "Class 3"),
-        Slot(15, "11_generalized_losses", ("The two jobs, on a circle", "NT-Xent is alignment plus LogSumExp"), "Class 3"),
-        Slot(20, "12_feature_suppression", ("Where the lesson ends up", "RandBit: how many bits does instance discrimination need?",
-                                            "The findings, judged by rules"), "Class 3"),
+    "Three 90-minute classes: the whole argument of [WL21]": [
+        Slot(45, "00_losses", ("The contrastive loss (Eq 1)", "The simple contrastive loss (Eq 3)", "The two limits of the temperature (Eq 6, Eq 7)",
+                               "The loss against the temperature", "The hard contrastive loss (Eq 8, Eq 9)"),
+             "Class 1. Exercises 1–3 as homework", skip=("Two helpers, and a registry of the losses",)),
+        Slot(45, "01_gradients", ("The gradients of Eq 1 (Eq 2, Eq 4)", "The relative penalty is a Boltzmann distribution (Eq 5)",
+                                  "How sharp is the penalty? The entropy $H(r_i)$", "Watching the limits take over"),
+             "Class 1. Exercise 5 (predict, run, interpret) as homework"),
+        Slot(25, "02_explorer", ("What the explorer shows", "The hypersphere playground ([WL21] Section 4)"), "Class 2", session=2),
+        Slot(35, "03_metrics", ("Uniformity ([WL21] Eq 10, [WI20])", "Tolerance ([WL21] Eq 11)"),
+             "Class 2. The similarity profile, kNN accuracy and the large-scale sections are for later",
+             skip=("How uniform can features be?",), session=2),
+        Slot(30, "06_memory_bank", ("The bank and its update", "The memory-bank loss (Eq 1 and Eq 9 against the bank)"), "Class 2", session=2),
+        Slot(20, "07_pretrain", ("A first run", "The learning-rate schedule"),
+             "Class 3. The configuration and the loop are reference: skip them", session=3),
+        Slot(25, "08_linear_eval", ("Pretrained against random", "The linear probe"), "Class 3", session=3),
+        Slot(35, "09_temperature_study", ("The regime and the criteria", "The digits study, as shipped", "How much to trust each verdict"),
+             "Class 3. The criteria first, then the shipped verdicts; the findings' rules and the figures are reading for after class", session=3),
+        Slot(10, "10_embeddings", ("t-SNE, side by side",), "Class 3. Lessons 11 and 12 ([CLL20]) are further reading", session=3),
     ],
 }
+MAX_CONTENT = {"One 90-minute class: what τ does": 75, "Three 90-minute classes: the whole argument of [WL21]": 80}  # content per class, by READING_RULE
 
-def plan_markdown(name: str) -> str:
-    "A plan as a markdown list, with its total time."
-    plan = PLANS[name]
-    lines = [f"**{name}** ({sum(s.minutes for s in plan)} minutes)", ""]
-    lines += [f"* {s.minutes} min, lesson {s.lesson[:2]}: " + "; ".join(f"*{h}*" for h in s.show) + (f". {s.note}" if s.note else "")
-              for s in plan]
+def plan_markdown(name: str, nbs: str | Path = ".") -> str:
+    "A plan as a markdown list: each class's time and its content by READING_RULE, each slot's time and content."
+    plan, sessions = PLANS[name], session_minutes(PLANS[name], nbs)
+    content = "; ".join(f"class {k}: {math.ceil(c)} min of content" for k, (_, c) in sessions.items()) if len(sessions) > 1 \
+              else f"{math.ceil(sum(c for _, c in sessions.values()))} min of content"
+    lines = [f"**{name}** ({sum(s.minutes for s in plan)} minutes; {content} by the reading rule, the rest for questions)", ""]
+    lines += [f"* {s.minutes} min (content {math.ceil(slot_content(s, nbs))}), lesson {s.lesson[:2]}: " + "; ".join(f"*{h}*" for h in s.show)
+              + (f", without *{'*, *'.join(s.skip)}*" if s.skip else "") + (f". {s.note}" if s.note else "") for s in plan]
     return "\n".join(lines)
 
 # %% ../nbs/93_course_kit.ipynb #5bf99b32

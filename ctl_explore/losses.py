@@ -18,10 +18,51 @@ from .checks import (check_choice, check_embeddings, check_in_range, check_nonne
                                 check_similarities, check_tensor, checking_values)
 
 # %% auto #0
-__all__ = ['LOSS_LEVELS', 'LOSSES', 'REDUCTIONS', 'LOSS_PARAMS', 'LOSS_NAMES', 'LossSpec', 'register_loss', 'loss_spec',
-           'loss_names', 'contrastive_loss', 'reduce_loss', 'check_temperature', 'simple_loss', 'triplet_limit_loss',
-           'simple_limit_loss', 'n_informative', 'informative_mask', 'hard_contrastive_loss', 'hard_simple_loss',
-           'check_loss_params', 'apply_loss', 'dot_products', 'pair_similarities']
+__all__ = ['REDUCTIONS', 'LOSS_LEVELS', 'LOSSES', 'LOSS_PARAMS', 'LOSS_NAMES', 'contrastive_loss', 'reduce_loss',
+           'check_temperature', 'LossSpec', 'register_loss', 'loss_spec', 'loss_names', 'simple_loss',
+           'triplet_limit_loss', 'simple_limit_loss', 'n_informative', 'informative_mask', 'hard_contrastive_loss',
+           'hard_simple_loss', 'check_loss_params', 'apply_loss', 'dot_products', 'pair_similarities']
+
+# %% ../nbs/00_losses.ipynb #e7c96f66
+def contrastive_loss(
+    pos: Tensor,             # [B] positive similarity s_ii of each anchor
+    neg: Tensor,             # [B, K] negative similarities s_ij of each anchor
+    tau: float,              # temperature, > 0
+    reduction: str = "mean", # "mean", "sum", or "none" (one loss per anchor, shape [B])
+) -> Tensor:
+    "The contrastive (InfoNCE) loss, [WL21] Eq 1: minus the log of the positive's softmax probability in [s_ii, s_ij] / τ."
+    check_similarities(pos, neg)
+    tau = check_temperature(tau, pos, neg)
+    logits = torch.cat([pos[:, None], neg], dim=1) / tau  # [B, 1 + K], the positive in column 0
+    return reduce_loss(-F.log_softmax(logits, dim=1)[:, 0], reduction)
+
+# %% ../nbs/00_losses.ipynb #485771ba
+REDUCTIONS = ("mean", "sum", "none")
+
+def reduce_loss(per_anchor: Tensor, reduction: str) -> Tensor:
+    "The mean or the sum of the per-anchor losses [B], or the losses themselves (`reduction='none'`), as torch's losses do."
+    check_choice("reduction", reduction, REDUCTIONS)
+    if reduction == "mean": return per_anchor.mean()
+    if reduction == "sum": return per_anchor.sum()
+    return per_anchor
+
+def check_temperature(
+    tau,                # the temperature, > 0
+    *sims: Tensor,      # the similarities it divides (e.g. pos and neg); their dtype, and with value checks on their size, set the limit
+    dtype: torch.dtype | None = None, # the similarities' dtype when no tensor is given
+) -> float:
+    "`tau` as a float, or a `ValueError` naming the smallest safe τ when s/τ would overflow the similarities' dtype (the loss would be NaN)."
+    tau = check_positive("tau", tau)
+    dtype = dtype or (sims[0].dtype if sims and sims[0].is_floating_point() else torch.get_default_dtype())
+    largest = torch.finfo(dtype).max
+    size = 1.0  # cosine similarities lie in [-1, 1]; larger ones are measured where the checks may read values
+    if checking_values() and sims:
+        with torch.no_grad(): size = max([size] + [float(s.detach().abs().max()) for s in sims if s.numel()])
+    smallest = 2 * size / largest  # a difference of two similarities divided by τ must stay a finite number
+    if tau < smallest:
+        raise ValueError(f"tau must be at least {smallest:.3g} for {str(dtype).removeprefix('torch.')} similarities of size up to "
+                         f"{size:g} (below it s/tau overflows the dtype's largest number, {largest:.3g}, and the loss is NaN), got {tau!r}")
+    return tau
 
 # %% ../nbs/00_losses.ipynb #a0f1e2d4
 @dataclass(frozen=True)
@@ -72,50 +113,9 @@ def loss_names(level: str | None = None) -> tuple[str, ...]:
     return tuple(n for n, s in LOSSES.items() if level is None or s.level == level)
 
 
-# %% ../nbs/00_losses.ipynb #e7c96f66
-def contrastive_loss(
-    pos: Tensor,             # [B] positive similarity s_ii of each anchor
-    neg: Tensor,             # [B, K] negative similarities s_ij of each anchor
-    tau: float,              # temperature, > 0
-    reduction: str = "mean", # "mean", "sum", or "none" (one loss per anchor, shape [B])
-) -> Tensor:
-    "The contrastive (InfoNCE) loss, [WL21] Eq 1: minus the log of the positive's softmax probability in [s_ii, s_ij] / τ."
-    check_similarities(pos, neg)
-    tau = check_temperature(tau, pos, neg)
-    logits = torch.cat([pos[:, None], neg], dim=1) / tau  # [B, 1 + K], the positive in column 0
-    return reduce_loss(-F.log_softmax(logits, dim=1)[:, 0], reduction)
-
+# %% ../nbs/00_losses.ipynb #reg0contr
 register_loss(LossSpec("contrastive", contrastive_loss, ("tau",), label="contrastive (Eq 1)", color="#1f77b4",
                        paper="[WL21] Eq 1"))
-
-
-# %% ../nbs/00_losses.ipynb #485771ba
-REDUCTIONS = ("mean", "sum", "none")
-
-def reduce_loss(per_anchor: Tensor, reduction: str) -> Tensor:
-    "The mean or the sum of the per-anchor losses [B], or the losses themselves (`reduction='none'`), as torch's losses do."
-    check_choice("reduction", reduction, REDUCTIONS)
-    if reduction == "mean": return per_anchor.mean()
-    if reduction == "sum": return per_anchor.sum()
-    return per_anchor
-
-def check_temperature(
-    tau,                # the temperature, > 0
-    *sims: Tensor,      # the similarities it divides (e.g. pos and neg); their dtype, and with value checks on their size, set the limit
-    dtype: torch.dtype | None = None, # the similarities' dtype when no tensor is given
-) -> float:
-    "`tau` as a float, or a `ValueError` naming the smallest safe τ when s/τ would overflow the similarities' dtype (the loss would be NaN)."
-    tau = check_positive("tau", tau)
-    dtype = dtype or (sims[0].dtype if sims and sims[0].is_floating_point() else torch.get_default_dtype())
-    largest = torch.finfo(dtype).max
-    size = 1.0  # cosine similarities lie in [-1, 1]; larger ones are measured where the checks may read values
-    if checking_values() and sims:
-        with torch.no_grad(): size = max([size] + [float(s.detach().abs().max()) for s in sims if s.numel()])
-    smallest = 2 * size / largest  # a difference of two similarities divided by τ must stay a finite number
-    if tau < smallest:
-        raise ValueError(f"tau must be at least {smallest:.3g} for {str(dtype).removeprefix('torch.')} similarities of size up to "
-                         f"{size:g} (below it s/tau overflows the dtype's largest number, {largest:.3g}, and the loss is NaN), got {tau!r}")
-    return tau
 
 # %% ../nbs/00_losses.ipynb #28045855
 def simple_loss(
@@ -174,7 +174,7 @@ def n_informative(
 ) -> int:
     "How many of `n_negatives` the upper-`alpha` quantile keeps: ⌈αK⌉ (ties with the last one come on top)."
     alpha = check_in_range("alpha", alpha, 0, 1, low_open=True, why="the fraction of negatives kept")
-    # round away float noise such as 0.1 * 510 = 51.00000000000001 before taking the ceiling
+    # round away float noise such as 0.07 * 100 = 7.000000000000001 before taking the ceiling
     return max(1, min(n_negatives, math.ceil(round(alpha * n_negatives, 9))))
 
 # %% ../nbs/00_losses.ipynb #09524cea

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from ctl_explore.course import PLANS, answer_key, check_plan, is_hidden, lesson_stats, lessons, reading_table
+from ctl_explore.course import (MAX_CONTENT, PLANS, READING_RULE, Slot, answer_key, check_plan, count_exercises, exercise_texts,
+                                is_derivation, is_hidden, lesson_stats, lessons, reading_minutes, reading_table, section_cells,
+                                session_minutes, slot_content)
 
 ROOT = Path(__file__).resolve().parents[1]
 NBS = ROOT / "nbs"
@@ -32,7 +34,7 @@ def test_index_reading_times_are_recounted():
 
 
 def test_the_rule_counts_what_it_says(tmp_path):
-    "A lesson grows by 130 words and 10 visible lines: two minutes more, before rounding; hidden lines count nothing."
+    "A lesson grows by 130 words and 10 visible lines; hidden lines count nothing."
     base = lesson_stats(NBS / "00_losses.ipynb")
     nb = json.loads((NBS / "00_losses.ipynb").read_text())
     nb["cells"].append({"cell_type": "markdown", "metadata": {}, "source": "word " * 130})
@@ -46,6 +48,85 @@ def test_the_rule_counts_what_it_says(tmp_path):
 @pytest.mark.parametrize("name", list(PLANS))
 def test_plans_name_sections_that_exist(name):
     check_plan(PLANS[name], NBS)
+
+
+def test_readme_and_index_state_the_rule_the_tables_use():
+    assert READING_RULE in (ROOT / "README.md").read_text()
+    assert READING_RULE in (NBS / "index.ipynb").read_text().replace("\\n", "\n")
+
+
+def test_the_rule_weighs_each_part():
+    "100 words, 5 lines, an exercise and a derivation: 1 + 1 + 10 + 20 minutes; a derivation is one of the exercises."
+    assert reading_minutes(100, 5, exercises=2, derivations=1) == 32
+    assert reading_minutes(0, 0, exercises=3, derivations=3) == 60
+    with pytest.raises(ValueError, match="derivations must lie between 0 and exercises"):
+        reading_minutes(0, 0, exercises=1, derivations=2)
+
+
+def _cells(*parts):
+    "Markdown cells from strings, code cells from ('code', source[, hidden])."
+    out = []
+    for p in parts:
+        if isinstance(p, str): out.append({"cell_type": "markdown", "metadata": {}, "source": p})
+        else: out.append({"cell_type": "code", "metadata": {"jupyter": {"source_hidden": True}} if p[2:] and p[2] else {},
+                          "source": p[1], "outputs": []})
+    return out
+
+
+def test_exercises_are_counted_by_their_numbers_not_their_cells():
+    "Cells built to fool the count: one exercise with two answer cells, a range heading with its items, a derivation word outside any exercise."
+    cells = _cells("Intro: derive nothing here, by hand or otherwise.", "## Exercises\n\nEach exercise checks itself (work it out first).",
+                   ("code", "#| hide\ndef check_a(x): pass\ndef check_b(x): pass", True),
+                   "### Exercise 1: two answer cells\n\nPredict, then run.", ("code", "check_a(1)"), ("code", "check_b(2)"),
+                   "### Exercises 2 to 3: a range\n\n2. **A number.** Give it.\n3. **A formula.** Give it as a function of τ.",
+                   ("code", "check_a(3)"), ("code", "check_b(4)"),
+                   "**Exercise 4.** To leading order in 1/τ, what is the gap?", ("code", "check_a(5)"),
+                   "Some steps:\n\n7. **Not an exercise**: a numbered item outside a range.", "## References\n\n### Exercise 9 of a paper")
+    texts = exercise_texts(cells)
+    assert list(texts) == [1, 2, 3, 4] and count_exercises(cells) == 4
+    assert [is_derivation(texts[n]) for n in texts] == [False, False, True, True]
+    # a section that numbers nothing falls back to its answer cells, one each
+    bare = _cells("## Exercises", ("code", "#| hide\ndef check_a(x): pass", True), "Answer:", ("code", "check_a(1)"), ("code", "check_a(2)"))
+    assert exercise_texts(bare) == {} and count_exercises(bare) == 2
+
+
+def test_lesson_08_has_two_exercises():
+    "Its second exercise has two answer cells (a prediction and a measurement): one exercise."
+    assert lesson_stats(NBS / "08_linear_eval.ipynb").exercises == 2
+
+
+def test_a_section_is_its_heading_to_the_next_of_its_level():
+    cells = _cells("## A\n\none two", ("code", "x = 1\ny = 2"), "### A.1\n\nthree", ("code", "z = 3"), "## B\n\nfour", ("code", "w = 4"))
+    assert [c["source"] for c in section_cells(cells, "A")] == [c["source"] for c in cells[:4]]
+    assert [c["source"] for c in section_cells(cells, "A.1")] == ["### A.1\n\nthree", "z = 3"]
+    with pytest.raises(ValueError, match="no section 'C'"): section_cells(cells, "C")
+
+
+def test_a_slot_counts_what_it_shows_and_not_what_it_skips(tmp_path):
+    nb = {"cells": _cells("## A\n\n" + "word " * 100, ("code", "x = 1\n" * 10), "### A.1\n\n" + "word " * 300, ("code", "y = 1\n" * 50),
+                          "## B\n\n" + "word " * 1000), "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    (tmp_path / "00_toy.ipynb").write_text(json.dumps(nb))
+    whole, skipped = Slot(30, "00_toy", ("A",)), Slot(30, "00_toy", ("A",), skip=("A.1",))
+    assert slot_content(skipped, tmp_path) == pytest.approx(reading_minutes(102, 10))
+    assert slot_content(whole, tmp_path) == pytest.approx(reading_minutes(102 + 302, 60))
+    assert session_minutes([whole, Slot(10, "00_toy", ("B",), session=2)], tmp_path) == {
+        1: (30, pytest.approx(reading_minutes(404, 60))), 2: (10, pytest.approx(reading_minutes(1002, 0)))}
+    with pytest.raises(ValueError, match="00_toy: 'A.2'"): check_plan([Slot(5, "00_toy", ("A",), skip=("A.2",))], tmp_path)
+
+
+@pytest.mark.parametrize("name", list(PLANS))
+def test_plans_fit_their_classes(name):
+    "Each class is 90 minutes of which at most MAX_CONTENT are content by the reading rule; no slot shows more than its time."
+    for session, (time, content) in session_minutes(PLANS[name], NBS).items():
+        assert time == 90 and content <= MAX_CONTENT[name], f"{name}, class {session}: {content:.1f} min of content in {time}"
+    over = [(s.lesson, s.show, round(slot_content(s, NBS), 1), s.minutes) for s in PLANS[name] if slot_content(s, NBS) > s.minutes]
+    assert not over, f"slots showing more than their time: {over}"
+
+
+def test_the_one_class_plan_shows_the_criteria_its_verdicts_rest_on():
+    plan = next(p for n, p in PLANS.items() if n.startswith("One 90-minute class"))
+    verdicts = [s for s in plan if s.lesson.startswith("09")]
+    assert verdicts and any("criteria" in h for s in verdicts for h in s.show)
 
 
 def test_answer_key_has_every_solution():

@@ -1,6 +1,8 @@
 """Core lessons teach and appendices build: in lessons 00-03 and 06-09 at most a quarter of the code cells a reader
 meets (every cell but `#| hide` ones) are checks, the prose talks about the subject rather than the project (CI, tests, issues, earlier versions), and
-each lesson opens with objectives and closes with takeaways. The rule is `ctl_explore.course.lesson_shape`."""
+each lesson opens with objectives and closes with takeaways; its code is read beside its prose (median visible cell,
+largest cell, words of prose per visible line: SHAPE_LIMITS, reported for the lessons in SHAPE_PENDING). The rule is
+`ctl_explore.course.lesson_shape`."""
 from __future__ import annotations
 
 import json
@@ -8,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ctl_explore.course import CORE_LESSONS, MAX_TEST_SHARE, is_test_cell, lesson_shape, lessons
+from ctl_explore.course import CORE_LESSONS, MAX_TEST_SHARE, SHAPE_LIMITS, SHAPE_PENDING, is_test_cell, lesson_shape, lessons
 
 NBS = Path(__file__).resolve().parents[1] / "nbs"
 CORE = [p for p in lessons(NBS) if p.stem[:2] in CORE_LESSONS]
@@ -23,6 +25,13 @@ def test_a_core_lesson_is_mostly_not_checks(path):
     s = lesson_shape(path)
     assert s["test_share"] <= MAX_TEST_SHARE, (f"{path.name}: {s['test_cells']} of its {s['code_cells']} visible code cells are "
                                                f"checks ({s['test_share']:.0%} > {MAX_TEST_SHARE:.0%}): move some to tests/ or collapse them")
+
+
+@pytest.mark.parametrize("path", [p for p in lessons(NBS) if p.stem[:2] in ("11", "12")], ids=lambda p: p.stem)
+def test_the_cll20_lessons_are_mostly_not_checks_too(path):
+    "Lessons 11 and 12 are read like the core lessons: at most a quarter of their visible code cells are checks."
+    s = lesson_shape(path)
+    assert s["test_share"] <= MAX_TEST_SHARE, f"{path.name}: {s['test_cells']} of its {s['code_cells']} visible code cells are checks"
 
 
 @pytest.mark.parametrize("path", CORE, ids=lambda p: p.stem)
@@ -72,3 +81,33 @@ def test_prose_about_the_subject_is_not_flagged(tmp_path):
              {"cell_type": "markdown", "metadata": {}, "source": "## Key takeaways\n\n- one"}]
     s = lesson_shape(_lesson(tmp_path, cells))
     assert s["engineering_talk"] == [] and s["objectives"] and s["takeaways"]
+
+
+def _meets(s) -> bool:
+    return (s["median_lines"] <= SHAPE_LIMITS["median_lines"] and s["largest_lines"] <= SHAPE_LIMITS["largest_lines"]
+            and s["words_per_line"] >= SHAPE_LIMITS["words_per_line"])
+
+
+@pytest.mark.parametrize("path", CORE, ids=lambda p: p.stem)
+def test_a_core_lesson_reads_beside_its_prose(path):
+    "Its code in cells a reader takes in beside the prose; a lesson in SHAPE_PENDING has its numbers reported, and leaves the list once it meets them."
+    s = lesson_shape(path)
+    report = (f"{path.name}: median visible cell {s['median_lines']:g} lines, largest {s['largest_lines']}, "
+              f"{s['words_per_line']:.1f} words of prose per visible line of code (limits {SHAPE_LIMITS})")
+    print(report)
+    if path.stem[:2] in SHAPE_PENDING:
+        assert not _meets(s), f"{report}: it meets them now, so take {path.stem[:2]} out of SHAPE_PENDING"
+    else:
+        assert _meets(s), report
+
+
+def test_the_size_rule_counts_what_a_reader_reads(tmp_path):
+    "Blank lines, directives and #| hide cells are not read; the median of an even count is the mean of the middle two."
+    cells = [_code("#| export\ndef f(x):\n\n    return x"),         # 2 lines: the directive and the blank are not read
+             _code("a = 1\nb = 2\nc = 3\nd = 4"),                   # 4
+             _code("#| hide\n" + "x = 1\n" * 100),                 # off the page
+             _code("y = 2\n" * 50, hidden=True),                    # folded, still on the page: 50
+             _code("z = 3"),                                        # 1
+             {"cell_type": "markdown", "metadata": {}, "source": "word " * 570}]
+    s = lesson_shape(_lesson(tmp_path, cells))
+    assert (s["median_lines"], s["largest_lines"]) == (3, 50) and s["words_per_line"] == pytest.approx(570 / 57)
