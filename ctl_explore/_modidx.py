@@ -1023,6 +1023,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                           'ctl_explore/suppression.py'),
                                          'ctl_explore.suppression.shared_codes_figure': ( 'feature_suppression.html#shared_codes_figure',
                                                                                           'ctl_explore/suppression.py'),
+                                         'ctl_explore.suppression.suppression_datasets': ( 'feature_suppression.html#suppression_datasets',
+                                                                                           'ctl_explore/suppression.py'),
                                          'ctl_explore.suppression.suppression_findings': ( 'feature_suppression.html#suppression_findings',
                                                                                            'ctl_explore/suppression.py'),
                                          'ctl_explore.suppression.train_contrastive': ( 'feature_suppression.html#train_contrastive',

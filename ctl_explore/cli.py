@@ -20,8 +20,9 @@ from .checks import check_positive
 from .data import DATASETS
 from .losses import loss_names
 from .models import BACKBONES, HEADS, NORMS, STEMS
-from .train import (NEGATIVES, PRECISION_CHOICES, PRECISIONS, CheckpointError, PretrainConfig, RunFolderError,
-                               TrainingDivergedError, TrainingInterrupted)
+from .run_folders import CheckpointError, RunFolderError
+from .train import (NEGATIVES, PRECISION_CHOICES, PRECISIONS, PretrainConfig, TrainingDivergedError,
+                               TrainingInterrupted)
 
 # %% auto #0
 __all__ = ['option_choices', 'field_help', 'study_preset', 'build_parser', 'main']

@@ -34,8 +34,10 @@ from .data import TwoViewAugment, load_dataset
 from .linear_eval import LinearEvalConfig, linear_eval
 from .losses import loss_names, loss_spec, n_informative
 from .metrics import alignment, similarity_profile, tolerance, uniformity
-from .train import (EXECUTION_KEYS, CheckpointError, PretrainConfig, RunBusyError, build_model, resolve_device, embed,
-                    load_checkpoint, lr_at, pretrain, run_identity, run_lock, save_checkpoint, threads_for, write_json_atomic)
+from .distributed import resolve_device
+from .run_folders import CheckpointError, RunBusyError, run_lock, save_checkpoint, write_json_atomic
+from .train import (EXECUTION_KEYS, PretrainConfig, build_model, embed, load_checkpoint, lr_at, pretrain,
+                               run_identity, threads_for)
 
 # %% auto #0
 __all__ = ['CRITERIA', 'KNN_CRITERIA', 'MIN_WINDOW_POINTS', 'RESULT_FORMAT', 'RESULT_KEYS', 'TRAJECTORY_KEYS', 'SIGNIFICANCE',
