@@ -46,8 +46,8 @@ from ctl_explore.checks import value_checks
 from ctl_explore.data import TwoViewAugment
 from ctl_explore.gpu import device_summary
 from ctl_explore.memory_bank import MemoryBank
-from ctl_explore.train import (PretrainConfig, _distributed, _init_distributed, _set_lr, build_model, distributed_net, negatives_seen, TrainState,
-                               resolve_device, training_step, view_draws)
+from ctl_explore.distributed import _distributed, _init_distributed, distributed_net, resolve_device
+from ctl_explore.train import PretrainConfig, _set_lr, build_model, negatives_seen, TrainState, training_step, view_draws
 
 RESULTS = Path(__file__).parent / "results"
 COMPILES = ("off", "encoder", "step")  # torch.compile of nothing, of the encoder (compile=True), of the whole step

@@ -211,13 +211,3 @@ def check_bank_inputs(
     if q.shape[0] == 0: raise ValueError("q must hold at least one query (B >= 1), got B=0")
     if bank.shape[0] < 2: raise ValueError(f"bank must have at least 2 rows so that each query has a negative, got N={bank.shape[0]}")
     return check_index_tensor("idx", idx, q.shape[0], bank.shape[0], "rows of bank").to(bank.device)
-
-# %% ../nbs/95_checks.ipynb #49074229
-_MOVED_TO_DEBUG = ("HostSyncs", "count_host_syncs")  # appendix 96 (ctl_explore.debug)
-
-def __getattr__(name: str):
-    "The debugging tools that moved to `ctl_explore.debug`, still found here by their old names."
-    if name in _MOVED_TO_DEBUG:
-        from ctl_explore import debug
-        return getattr(debug, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

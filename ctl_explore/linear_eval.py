@@ -18,7 +18,9 @@ from torch import Tensor
 from .checks import check_bool, check_in_range, check_int, check_nonnegative, check_positive
 from .data import DATASETS, AugmentParams, ImageData, TwoViewAugment, augment_params, dataset_spec, load_dataset
 from .models import Encoder
-from .train import PretrainConfig, build_model, resolve_device, embed, load_checkpoint, threads_for, write_json_atomic
+from .distributed import resolve_device
+from .run_folders import write_json_atomic
+from .train import PretrainConfig, build_model, embed, load_checkpoint, threads_for
 
 # %% auto #0
 __all__ = ['LinearEvalConfig', 'linear_probe', 'probe_augment_params', 'augmented_linear_probe', 'linear_eval']

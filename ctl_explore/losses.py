@@ -18,10 +18,10 @@ from .checks import (check_choice, check_embeddings, check_in_range, check_nonne
                                 check_similarities, check_tensor, checking_values)
 
 # %% auto #0
-__all__ = ['REDUCTIONS', 'LOSS_LEVELS', 'LOSSES', 'LOSS_PARAMS', 'LOSS_NAMES', 'contrastive_loss', 'reduce_loss',
-           'check_temperature', 'LossSpec', 'register_loss', 'loss_spec', 'loss_names', 'simple_loss',
-           'triplet_limit_loss', 'simple_limit_loss', 'n_informative', 'informative_mask', 'hard_contrastive_loss',
-           'hard_simple_loss', 'check_loss_params', 'apply_loss', 'dot_products', 'pair_similarities']
+__all__ = ['REDUCTIONS', 'LOSS_LEVELS', 'LOSSES', 'contrastive_loss', 'reduce_loss', 'check_temperature', 'LossSpec',
+           'register_loss', 'loss_spec', 'loss_names', 'simple_loss', 'triplet_limit_loss', 'simple_limit_loss',
+           'n_informative', 'informative_mask', 'hard_contrastive_loss', 'hard_simple_loss', 'check_loss_params',
+           'apply_loss', 'dot_products', 'pair_similarities']
 
 # %% ../nbs/00_losses.ipynb #e7c96f66
 def contrastive_loss(
@@ -227,9 +227,6 @@ register_loss(LossSpec("hard_simple", hard_simple_loss, ("alpha", "lam"), label=
 
 
 # %% ../nbs/00_losses.ipynb #6f21c99f
-LOSS_PARAMS = {name: loss_spec(name).params for name in loss_names("similarity")}  # the six losses' hyper-parameters
-LOSS_NAMES = tuple(LOSS_PARAMS)
-
 def check_loss_params(
     name: str,                  # the loss's name
     params: dict,               # the hyper-parameters given

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import io
 import json
 import math
@@ -15,17 +14,19 @@ import os
 import re
 import tempfile
 import threading
+import warnings
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import filelock
 import torch
 
 # %% auto #0
-__all__ = ['CHECKPOINT_FORMAT', 'STATE_KEYS', 'LOCK_NAME', 'RUN_MARKER', 'PRETRAIN_FILES', 'DERIVED_FILES', 'STALE_ON_TRAINING',
-           'RUN_FOLDER_FILES', 'CheckpointError', 'RunFolderError', 'RunBusyError', 'write_atomic', 'write_json_atomic',
-           'save_checkpoint', 'read_checkpoint', 'run_lock', 'check_run_folder', 'mark_run_folder',
+__all__ = ['CHECKPOINT_FORMAT', 'STATE_KEYS', 'LOCK_NAME', 'SOFT_LOCK_NAME', 'RUN_MARKER', 'PRETRAIN_FILES', 'DERIVED_FILES',
+           'STALE_ON_TRAINING', 'RUN_FOLDER_FILES', 'CheckpointError', 'RunFolderError', 'RunBusyError', 'write_atomic',
+           'write_json_atomic', 'save_checkpoint', 'read_checkpoint', 'run_lock', 'check_run_folder', 'mark_run_folder',
            'remove_stale_measurements', 'read_json', 'read_config', 'read_metrics']
 
 # %% ../nbs/18_run_folders.ipynb #681f1750
@@ -143,21 +144,25 @@ def read_checkpoint(
 
 # %% ../nbs/18_run_folders.ipynb #fdb85d66
 LOCK_NAME = ".lock"
+SOFT_LOCK_NAME = ".soft_lock"  # the lock where the file system refuses flock: it exists while a writer holds the folder
 RUN_MARKER = ".ctl_explore_run"  # pretrain's mark on a folder it made its own: it writes into no other
 _MARKER = {"written_by": "ctl_explore pretrain", "format": 1}
 PRETRAIN_FILES = ("config.json", "metrics.jsonl", "checkpoint.pt")     # what pretrain writes
 DERIVED_FILES = ("result.json", "linear_eval.json", "linear_eval_random_init.json")  # written beside a run, about its weights
 STALE_ON_TRAINING = ("result.json", "linear_eval.json")  # measurements of the trained weights: they go when training goes on
-RUN_FOLDER_FILES = PRETRAIN_FILES + DERIVED_FILES + (LOCK_NAME, RUN_MARKER)
+RUN_FOLDER_FILES = PRETRAIN_FILES + DERIVED_FILES + (LOCK_NAME, SOFT_LOCK_NAME, RUN_MARKER)
 _TMP_NAME = re.compile(r"(?P<name>.+?)(\.(?P<pid>\d+)\.[A-Za-z0-9_]+)?\.tmp")  # <name>.<pid>.<random>.tmp, or an older <name>.tmp
 
-_HELD: dict[tuple[int, int], list] = {}  # (device, inode) of a locked folder -> [lock file descriptor, owning thread, depth]
+_HELD: dict[tuple[int, int], list] = {}  # (device, inode) of a locked folder -> [its filelock lock, owning thread, depth]
 _HELD_GUARD = threading.Lock()
+_NO_FLOCK = {errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOLCK}  # a file system that refuses flock (Lustre's noflock, NFS without locks)
+_SOFT_FOLDERS: set[int] = set()  # devices (st_dev) found to refuse flock in this process: warned about once, soft-locked from then on
 
-def _lock_owner(fd: int) -> str:
-    with contextlib.suppress(OSError, ValueError):
-        pid = int(os.pread(fd, 32, 0).decode().strip())
-        return f"process {pid}"
+def _lock_owner(path: Path) -> str:
+    "Who holds the lock file `path`, from the process id its holder wrote into it (filelock's soft marker writes it too)."
+    with contextlib.suppress(OSError, ValueError, UnicodeDecodeError):
+        found = re.search(r"^(?:pid=)?(\d+)$", path.read_text(), re.M)
+        if found: return f"process {int(found.group(1))}"
     return "another process"
 
 def _alive(pid: int) -> bool:
@@ -175,48 +180,71 @@ def _remove_stale_tmp(folder: Path) -> None:
         if stale:
             with contextlib.suppress(FileNotFoundError): os.unlink(entry.path)
 
+def _write_pid(fd: int) -> None:
+    "filelock's hook on the lock file it has just locked (and emptied): the holder writes its process id, which a refused writer names."
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+
+def _cannot_write(folder: Path, e: OSError) -> RunFolderError:
+    return RunFolderError(f"cannot write into {folder} ({e.strerror or e}): make it writable, or choose another output folder")
+
+def _busy(folder: Path, lock_file: Path) -> RunBusyError:
+    return RunBusyError(f"{folder} is being written by {_lock_owner(lock_file)}: one run folder takes one writer at a time. "
+                        "Wait for it to finish, or choose another output folder.")
+
+def _take(folder: Path) -> filelock.BaseFileLock:
+    """The folder's lock, taken at once, or a `RunBusyError` naming its holder: filelock's `flock` on `.lock`, or where
+    the file system refuses `flock`, filelock's `SoftFileLock` (the file `.soft_lock` exists while a writer holds it)."""
+    device = folder.stat().st_dev
+    if device not in _SOFT_FOLDERS:
+        path = folder / LOCK_NAME
+        if path.is_symlink(): raise RunFolderError(f"{path} is a symbolic link: remove it")
+        lock = filelock.FileLock(path, thread_local=False, fallback_to_soft=False, on_acquired=_write_pid)
+        try:
+            lock.acquire(blocking=False)
+            return lock
+        except filelock.Timeout: raise _busy(folder, path) from None  # (a Timeout is an OSError: it goes first)
+        except OSError as e:
+            if e.errno == errno.ELOOP: raise RunFolderError(f"{path} is a symbolic link: remove it") from None
+            if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS): raise _cannot_write(folder, e) from None
+            if e.errno not in _NO_FLOCK: raise RunFolderError(f"cannot lock {path} ({e.strerror or e})") from None
+        warnings.warn(f"the file system of {folder} refuses flock, so run folders on it are locked with filelock's "
+                      f"SoftFileLock: the file {SOFT_LOCK_NAME} exists while a writer holds the folder (a holder killed on "
+                      "another machine leaves it behind: delete it when no run writes the folder)", stacklevel=4)
+        _SOFT_FOLDERS.add(device)
+    path = folder / SOFT_LOCK_NAME
+    lock = filelock.SoftFileLock(path, thread_local=False)  # it records its holder's pid and host, and removes a dead holder's file
+    for attempt in (1, 2):  # filelock may spend its one attempt removing the file of a holder that no longer runs: once more then
+        try:
+            lock.acquire(blocking=False)
+            return lock
+        except filelock.Timeout:
+            if attempt == 2 or path.exists(): raise _busy(folder, path) from None
+        except OSError as e:
+            if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS): raise _cannot_write(folder, e) from None
+            raise RunFolderError(f"cannot lock {path} ({e.strerror or e})") from None
+
 @contextlib.contextmanager
 def run_lock(out_dir: str | Path) -> Iterator[Path]:
     "Hold `out_dir`'s exclusive write lock (creating the folder if needed); `RunBusyError` at once if another writer holds it."
     folder = Path(out_dir)
     if folder.is_symlink() and not folder.exists(): raise RunFolderError(f"{folder} is a broken symbolic link: remove it, or use another folder")
     if folder.exists() and not folder.is_dir(): raise RunFolderError(f"{folder} is a file, not a folder: choose another output folder")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    except OSError as e:
-        if e.errno == errno.ELOOP: raise RunFolderError(f"{folder / LOCK_NAME} is a symbolic link: remove it") from None
-        raise RunFolderError(f"cannot write into {folder} ({e.strerror or e}): make it writable, or choose another output folder") from None
-    key = (os.fstat(fd).st_dev, os.fstat(fd).st_ino)
+    try: folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e: raise _cannot_write(folder, e) from None
+    key, taken = (folder.stat().st_dev, folder.stat().st_ino), False
     with _HELD_GUARD:
         held = _HELD.get(key)
-        if held and held[1] == threading.get_ident():  # nested in the thread that holds it
-            os.close(fd)
-            held[2] += 1
-            fd = None
-        elif held:
-            os.close(fd)
-            raise RunBusyError(f"{folder} is being written by another thread of this process; use another folder")
+        if held and held[1] == threading.get_ident(): held[2] += 1  # nested in the thread that holds it
+        elif held: raise RunBusyError(f"{folder} is being written by another thread of this process; use another folder")
         else:
-            try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as e:
-                owner = _lock_owner(fd)
-                os.close(fd)
-                if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    raise RunBusyError(f"{folder} is being written by {owner}: one run folder takes one writer at a time. "
-                                       "Wait for it to finish, or choose another output folder.") from None
-                raise RunFolderError(f"cannot lock {folder / LOCK_NAME} ({e.strerror or e})") from None
-            _HELD[key] = [fd, threading.get_ident(), 1]
+            _HELD[key], taken = [_take(folder), threading.get_ident(), 1], True
     try:
-        if fd is not None:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        if taken:
             _remove_stale_tmp(folder)
             try:  # can this writer create files here? (the lock file may exist in a folder that has turned read-only)
                 probe, name = tempfile.mkstemp(dir=folder, prefix=f"{LOCK_NAME}.{os.getpid()}.", suffix=".tmp")
                 os.close(probe); os.unlink(name)
-            except OSError as e:
-                raise RunFolderError(f"cannot write into {folder} ({e.strerror or e}): make it writable, or choose another output folder") from None
+            except OSError as e: raise _cannot_write(folder, e) from None
         yield folder
     finally:
         with _HELD_GUARD:
@@ -224,8 +252,8 @@ def run_lock(out_dir: str | Path) -> Iterator[Path]:
             held[2] -= 1
             if held[2] == 0:
                 del _HELD[key]
-                fcntl.flock(held[0], fcntl.LOCK_UN)
-                os.close(held[0])
+                held[0].release()
+
 
 # %% ../nbs/18_run_folders.ipynb #a318ccd1
 def _legacy_run(folder: Path, parse_config: Callable[[dict], Any]) -> bool:
@@ -262,7 +290,7 @@ def check_run_folder(
         if entry.name not in RUN_FOLDER_FILES and not (m and m["name"] in RUN_FOLDER_FILES): foreign.append(entry.name)
         elif entry.is_symlink(): links.append(entry.name)
         elif not entry.is_file(): foreign.append(entry.name + "/")
-        elif entry.name in RUN_FOLDER_FILES and entry.name != LOCK_NAME: present.append(entry.name)
+        elif entry.name in RUN_FOLDER_FILES and entry.name not in (LOCK_NAME, SOFT_LOCK_NAME): present.append(entry.name)
     if links:
         raise RunFolderError(f"{folder / sorted(links)[0]} is a symbolic link; pretrain never writes through one (its target could "
                              "lie outside the run folder). Remove the link, or choose another output folder.")

@@ -23,7 +23,7 @@ from plotly.subplots import make_subplots
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from .data import AugmentParams, ImageData, TwoViewAugment, image_stats, load_dataset, to_float
+from .data import DATASETS, AugmentParams, ImageData, TwoViewAugment, dataset_spec, image_stats, load_dataset, to_float
 from .linear_eval import LinearEvalConfig, linear_probe
 from .losses import contrastive_loss, pair_similarities
 from .checks import check_choice, check_int, check_interval, check_positive, check_probability
@@ -38,12 +38,12 @@ __all__ = ['BIT_CODINGS', 'EVAL_BITS', 'SUPPRESSION_LOSSES', 'ARCHS', 'SCHEDULES
            'RANDBIT_KS', 'TAUS', 'RANDBIT_CONFIG', 'PROBE_MODES', 'EXPERIMENTS', 'CLL20_RANDBIT_MNIST', 'TAU_COLORS',
            'SCALES', 'MULTIDIGITS_CONFIG', 'SUPPRESSION_Z', 'SUPPRESSION_FINDINGS', 'SHARED_CODE_SEED',
            'RANDBIT_MNIST_PAPER', 'PAPER_KS', 'twin_share', 'random_bits', 'append_bits', 'read_bits', 'RandBit',
-           'features', 'SuppressionConfig', 'convn_encoder', 'new_encoder', 'contrastive_objective', 'embed_views',
-           'train_contrastive', 'randbit_augment', 'randbit_run', 'run_path', 'cached_result', 'run_grid',
-           'randbit_figure', 'MultiDigits', 'make_multidigits', 'multidigits_run', 'multidigits_figure',
-           'accuracy_direction', 'at_chance', 'SuppressionGrid', 'suppression_findings', 'zero_bit_confound',
-           'code_seen_probability', 'shared_code_run', 'run_shared_codes', 'shared_code_summary', 'shared_codes_figure',
-           'SuppressionExplorer', 'paper_table', 'randbit_mnist_paper']
+           'features', 'suppression_datasets', 'SuppressionConfig', 'convn_encoder', 'new_encoder',
+           'contrastive_objective', 'embed_views', 'train_contrastive', 'randbit_augment', 'randbit_run', 'run_path',
+           'cached_result', 'run_grid', 'randbit_figure', 'MultiDigits', 'make_multidigits', 'multidigits_run',
+           'multidigits_figure', 'accuracy_direction', 'at_chance', 'SuppressionGrid', 'suppression_findings',
+           'zero_bit_confound', 'code_seen_probability', 'shared_code_run', 'run_shared_codes', 'shared_code_summary',
+           'shared_codes_figure', 'SuppressionExplorer', 'paper_table', 'randbit_mnist_paper']
 
 # %% ../nbs/12_feature_suppression.ipynb #6394e15b
 def twin_share(
@@ -161,6 +161,10 @@ AUGMENTS = ("preset", "crop")                   # the dataset's TwoViewAugment p
 
 SHARED_WITH_PRETRAIN = ("tau", "epochs", "batch_size", "width", "out_dim", "head", "seed", "dataset")  # PretrainConfig's meaning and checks
 
+def suppression_datasets() -> tuple[str, ...]:
+    "The registered datasets this lesson trains on, as their declarations state it: grey images (one channel), like [CLL20]'s MNIST."
+    return tuple(name for name, spec in DATASETS.items() if spec.channels == 1)
+
 @dataclass(frozen=True)
 class SuppressionConfig:
     "One pretraining run of this lesson and its linear probes."
@@ -174,7 +178,7 @@ class SuppressionConfig:
     crop_scale: tuple[float, float] = (0.5, 1.0)  # area fraction of the random crop (the digits preset's)
     linear_epochs: int = 100         # epochs of the post-hoc linear probes ([WL21]'s protocol, lesson 08)
     seed: int = 0
-    dataset: str = "digits"          # "digits" (embedded, the default everywhere) or "mnist" (torchvision's files)
+    dataset: str = "digits"          # one of suppression_datasets(): "digits" (embedded, the default everywhere), "mnist" (torchvision's files)
     loss: str = "nt_xent"            # one of SUPPRESSION_LOSSES
     arch: str = "convnet"            # one of ARCHS
     schedule: str = "constant"       # one of SCHEDULES
@@ -192,7 +196,7 @@ class SuppressionConfig:
             object.__setattr__(self, name, check_int(name, getattr(self, name), least))
         check_choice("head", self.head, HEADS)
         check_interval("crop_scale", self.crop_scale, 1e-6, 1.0)
-        for name, allowed in (("dataset", ("digits", "mnist")), ("loss", SUPPRESSION_LOSSES), ("arch", ARCHS),
+        for name, allowed in (("dataset", suppression_datasets()), ("loss", SUPPRESSION_LOSSES), ("arch", ARCHS),
                               ("schedule", SCHEDULES), ("bit_coding", BIT_CODINGS), ("augment", AUGMENTS)):
             check_choice(name, getattr(self, name), allowed)
         if not (isinstance(self.weight_decay, (int, float)) and math.isfinite(self.weight_decay) and self.weight_decay >= 0):
@@ -321,7 +325,7 @@ def _probe(model: Encoder, train_x: Tensor, train_y: Tensor, test_x: Tensor, tes
 def randbit_augment(config: SuppressionConfig, dataset: str, size: int) -> TwoViewAugment:
     "The run's augmentation: the dataset's preset with the config's crop, or the colab's crop-and-resize alone, pixels in [0, 1]."
     if config.augment == "preset": return TwoViewAugment(dataset, crop_scale=config.crop_scale)
-    channels = 1
+    channels = dataset_spec(dataset).channels
     return TwoViewAugment(AugmentParams(size, crop_scale=config.crop_scale, flip_p=0.0, jitter_p=0.0, saturation=0.0, hue=0.0,
                                         grayscale_p=0.0, mean=(0.0,) * channels, std=(1.0,) * channels))
 

@@ -24,47 +24,33 @@ from tqdm.auto import tqdm
 from .checks import check_bool, check_choice, check_in_range, check_int, check_nonnegative, check_positive, value_checks
 from .data import (
     DATASETS, AugmentParams, DatasetNotFoundError, FullImages, ImageData, TwoViewAugment, ViewDraws, augment_view, data_root,
-    load_dataset, sample_view, to_float)
+    dataset_spec, load_dataset, sample_view, to_float)
 from .distributed import (
-    DIST_TIMEOUT_ENV, DIST_TIMEOUT_S, GlobalBatchNorm, ProcessGroupError, _abort_distributed, _check_device_name, _distributed,
-    _gather, _init_distributed, _on_rank_0_first, dist_timeout, distributed_net, global_batchnorm, resolve_device)
+    ProcessGroupError, _abort_distributed, _check_device_name, _distributed, _gather, _init_distributed, _on_rank_0_first,
+    distributed_net, resolve_device)
 from .distributed import _peer_failure as _lost_peer
-from .generalized import FEATURE_LOSS_NAMES, apply_feature_loss
-from .losses import LOSS_NAMES, loss_names, loss_spec
+from .generalized import apply_feature_loss
+from .losses import loss_names, loss_spec
 from .memory_bank import MemoryBank, batch_loss
 from .metrics import alignment, knn_accuracy, tolerance, uniformity
 from .models import BACKBONES, HEADS, NORMS, STEMS, Encoder, build_encoder
 from .run_folders import (
-    _START_OVER, CHECKPOINT_FORMAT, DERIVED_FILES, LOCK_NAME, PRETRAIN_FILES, RUN_FOLDER_FILES, RUN_MARKER, STALE_ON_TRAINING,
-    STATE_KEYS, CheckpointError, RunBusyError, RunFolderError, mark_run_folder, read_checkpoint, remove_stale_measurements, run_lock,
-    save_checkpoint, write_atomic, write_json_atomic)
+    _START_OVER, DERIVED_FILES, CheckpointError, RunFolderError, mark_run_folder, read_checkpoint, remove_stale_measurements,
+    run_lock, save_checkpoint, write_atomic, write_json_atomic)
 from .run_folders import check_run_folder as _check_folder
 
-# appendix 18's names, still importable from here
-_all_ = ['CHECKPOINT_FORMAT', 'STATE_KEYS', 'LOCK_NAME', 'RUN_MARKER', 'PRETRAIN_FILES', 'DERIVED_FILES', 'STALE_ON_TRAINING',
-         'RUN_FOLDER_FILES', 'CheckpointError', 'RunFolderError', 'RunBusyError', 'write_atomic', 'write_json_atomic',
-         'save_checkpoint', 'run_lock', 'mark_run_folder', 'remove_stale_measurements',
-         # and appendix 19's
-         'DIST_TIMEOUT_ENV', 'DIST_TIMEOUT_S', 'ProcessGroupError', 'dist_timeout', 'GlobalBatchNorm', 'global_batchnorm',
-         'distributed_net', 'resolve_device']
-
 # %% auto #0
-__all__ = ['NEGATIVES', 'PRECISIONS', 'PRECISION_CHOICES', 'PRETRAIN_LOSSES', 'MIN_IMAGE_SIZE', 'MAX_SIZES', 'MAX_LR',
-           'MAX_WEIGHT_DECAY', 'SEED_BOUND', 'COMPILE_MODES', 'EXECUTION_KEYS', 'METRIC_KEYS', 'TIMING_KEYS',
-           'LOG_EVERY', 'MAX_THREADS', 'PretrainConfig', 'default_lam', 'negatives_seen', 'lr_at', 'resolve_precision',
-           'run_identity', 'load_checkpoint', 'check_run_folder', 'embed', 'evaluates_at', 'monitor_rows', 'evaluate',
+__all__ = ['NEGATIVES', 'PRECISIONS', 'PRECISION_CHOICES', 'MIN_IMAGE_SIZE', 'MAX_SIZES', 'MAX_LR', 'MAX_WEIGHT_DECAY',
+           'SEED_BOUND', 'COMPILE_MODES', 'EXECUTION_KEYS', 'METRIC_KEYS', 'TIMING_KEYS', 'LOG_EVERY', 'MAX_THREADS',
+           'PretrainConfig', 'default_lam', 'negatives_seen', 'lr_at', 'resolve_precision', 'run_identity',
+           'load_checkpoint', 'check_run_folder', 'embed', 'evaluates_at', 'monitor_rows', 'evaluate',
            'TrainingDivergedError', 'TrainingInterrupted', 'threads_for', 'build_model', 'TrainState', 'view_draws',
-           'gradient_step', 'training_step', 'new_state', 'pretrain', 'CHECKPOINT_FORMAT', 'STATE_KEYS', 'LOCK_NAME',
-           'RUN_MARKER', 'PRETRAIN_FILES', 'DERIVED_FILES', 'STALE_ON_TRAINING', 'RUN_FOLDER_FILES', 'CheckpointError',
-           'RunFolderError', 'RunBusyError', 'write_atomic', 'write_json_atomic', 'save_checkpoint', 'run_lock',
-           'mark_run_folder', 'remove_stale_measurements', 'DIST_TIMEOUT_ENV', 'DIST_TIMEOUT_S', 'ProcessGroupError',
-           'dist_timeout', 'GlobalBatchNorm', 'global_batchnorm', 'distributed_net', 'resolve_device']
+           'gradient_step', 'training_step', 'new_state', 'pretrain']
 
 # %% ../nbs/07_pretrain.ipynb #6dbc4a4b
 NEGATIVES = ("bank", "batch")
 PRECISIONS = ("fp32", "bf16")
 PRECISION_CHOICES = ("auto",) + PRECISIONS  # config.precision: "auto" is bf16 on CUDA, fp32 on the CPU (resolved when a run starts)
-PRETRAIN_LOSSES = LOSS_NAMES + FEATURE_LOSS_NAMES  # similarity losses (lesson 00), then feature losses (lesson 11)
 MIN_IMAGE_SIZE = {"convnet": 4}    # the ConvNet halves the image twice; the ResNets take any size
 # upper bounds of the sizes, so that an absurd value is one sentence here instead of an allocation failure later
 MAX_SIZES = dict(
@@ -134,8 +120,9 @@ class PretrainConfig:
         choices = dict(dataset=DATASETS, backbone=BACKBONES, norm=NORMS, head=HEADS, loss=loss_names(),
                        negatives=NEGATIVES, precision=PRECISION_CHOICES, bank_precision=PRECISIONS)
         for name, allowed in choices.items(): check_choice(name, getattr(self, name), allowed)
-        if self.full_images and self.dataset != "imagenet100":
-            raise ValueError(f"full_images applies to imagenet100 only, not {self.dataset!r}")
+        if self.full_images and "full_images" not in dataset_spec(self.dataset).options:
+            takers = [name for name, spec in DATASETS.items() if "full_images" in spec.options]
+            raise ValueError(f"full_images applies to {', '.join(takers) or 'no registered dataset'} only, not {self.dataset!r}")
         if self.stem is not None and (self.stem not in STEMS or self.backbone == "convnet"):
             raise ValueError(f"stem must be None or one of {STEMS} for a ResNet backbone, got {self.stem!r} for {self.backbone!r}")
         if loss_spec(self.loss).level == "feature" and self.negatives != "batch":
@@ -178,7 +165,7 @@ class PretrainConfig:
 
 # %% ../nbs/07_pretrain.ipynb #74c62f5a
 def default_lam(
-    loss: str,                      # one of PRETRAIN_LOSSES that takes λ
+    loss: str,                      # a registered loss that takes λ (one of `loss_names()`)
     n_negatives: int | None = None, # K, the negatives the loss sees (needed by simple and hard_simple)
     alpha: float = 0.0819,          # hard_simple: the fraction of the negatives it keeps
 ) -> float:

@@ -679,7 +679,8 @@ def test_full_image_index_out_of_range(imagenet_full):
 
 
 # --- the augmentation reads no value and copies nothing from the host once its constants are made (issue 16) ---
-from ctl_explore.checks import count_host_syncs, value_checks
+from ctl_explore.checks import value_checks
+from ctl_explore.debug import count_host_syncs
 
 
 @pytest.mark.parametrize("preset", ["digits", "cifar10", "imagenet100"])

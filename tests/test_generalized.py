@@ -13,12 +13,14 @@ from hypothesis import strategies as st
 from torch.testing import assert_close
 
 from ctl_explore.generalized import (
-    DISTRIBUTION_LOSSES, FEATURE_LOSS_NAMES, FEATURE_LOSS_PARAMS, SWD_PRIORS, alignment_loss, apply_feature_loss,
+    DISTRIBUTION_LOSSES, SWD_PRIORS, alignment_loss, apply_feature_loss,
     cll20_alignment, cll20_logsumexp, dcl_loss, decoupled_nt_xent_loss, generalized_loss, logsumexp_loss, nt_xent_loss,
     prior_samples, random_orthogonal, swd_loss,
 )
-from ctl_explore.losses import LOSS_NAMES, contrastive_loss, pair_similarities
+from ctl_explore.losses import contrastive_loss, loss_names, loss_spec, pair_similarities
 from ctl_strategies import log_uniform, logsumexp_py, unit_embeddings
+
+FEATURE_LOSS_NAMES = loss_names("feature")  # the feature losses registered by lesson 11, read from the registry
 
 F64 = torch.float64
 seeds = st.integers(0, 2**32 - 1)
@@ -235,8 +237,8 @@ def test_generalized_swd_is_alignment_plus_lambda_swd():
 
 def test_feature_loss_registry_covers_every_name_with_the_right_function():
     assert FEATURE_LOSS_NAMES == ("nt_xent", "dcl", "decoupled_nt_xent", "align_logsumexp", "align_swd")
-    assert FEATURE_LOSS_PARAMS["dcl"] == ("tau",) and FEATURE_LOSS_PARAMS["decoupled_nt_xent"] == ("tau", "lam")
-    assert not set(FEATURE_LOSS_NAMES) & set(LOSS_NAMES)
+    assert loss_spec("dcl").params == ("tau",) and loss_spec("decoupled_nt_xent").params == ("tau", "lam")
+    assert not set(FEATURE_LOSS_NAMES) & set(loss_names("similarity"))
     assert set(DISTRIBUTION_LOSSES) == {"logsumexp", "swd"}
     z1, z2 = prior_samples("hypersphere", 6, 4, gen(0), F64), prior_samples("hypersphere", 6, 4, gen(1), F64)
     want = {
@@ -246,7 +248,7 @@ def test_feature_loss_registry_covers_every_name_with_the_right_function():
         "align_logsumexp": alignment_loss(z1, z2) + 2.0 * logsumexp_loss(torch.cat([z1, z2]), 0.3),
         "align_swd": cll20_alignment(z1, z2) + 2.0 * swd_loss(torch.cat([z1, z2]), "hypersphere", gen(8)),
     }
-    for name, params in FEATURE_LOSS_PARAMS.items():
+    for name, params in ((n, loss_spec(n).params) for n in FEATURE_LOSS_NAMES):
         got = apply_feature_loss(name, z1, z2, gen(8), **{p: {"tau": 0.3, "lam": 2.0}[p] for p in params})
         assert_close(got, want[name], msg=name)
 
@@ -382,7 +384,7 @@ def test_dcl_and_decoupled_nt_xent_are_different_losses():
 @pytest.mark.parametrize("name", FEATURE_LOSS_NAMES)
 def test_losses_compute_in_float32_under_bf16_autocast(name):
     x1, x2 = (F.normalize(torch.randn(12, 8, generator=gen(k)), dim=1).requires_grad_() for k in (1, 2))
-    params = {p: {"tau": 0.07, "lam": 0.3}[p] for p in FEATURE_LOSS_PARAMS[name]}
+    params = {p: {"tau": 0.07, "lam": 0.3}[p] for p in loss_spec(name).params}
     plain = apply_feature_loss(name, x1, x2, gen(0), **params)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         auto = apply_feature_loss(name, x1, x2, gen(0), **params)

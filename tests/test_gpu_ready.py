@@ -19,9 +19,10 @@ from ctl_explore.checks import value_checks
 from ctl_explore.debug import count_host_syncs
 from ctl_explore.data import _per_channel, TwoViewAugment, augment_view, load_dataset
 from ctl_explore.memory_bank import MemoryBank
-from ctl_explore.train import (TIMING_KEYS, CheckpointError, PretrainConfig, build_model, load_checkpoint, monitor_rows,
-                               negatives_seen, pretrain, resolve_device, run_identity, save_checkpoint, training_step,
-                               view_draws, TrainState)
+from ctl_explore.distributed import resolve_device
+from ctl_explore.run_folders import CheckpointError, save_checkpoint
+from ctl_explore.train import (TIMING_KEYS, PretrainConfig, build_model, load_checkpoint, monitor_rows, negatives_seen,
+                               pretrain, run_identity, training_step, view_draws, TrainState)
 
 TINY = dict(width=4, out_dim=16, knn_k=20, batch_size=16)
 

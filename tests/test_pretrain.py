@@ -16,9 +16,11 @@ import pytest
 import torch
 
 from ctl_explore.linear_eval import LinearEvalConfig, linear_eval
-from ctl_explore.generalized import FEATURE_LOSS_NAMES, FEATURE_LOSS_PARAMS
-from ctl_explore.losses import LOSS_NAMES
-from ctl_explore.train import TIMING_KEYS, CheckpointError, PretrainConfig, default_lam, load_checkpoint, pretrain
+from ctl_explore.losses import loss_names, loss_spec
+from ctl_explore.run_folders import CheckpointError
+from ctl_explore.train import TIMING_KEYS, PretrainConfig, default_lam, load_checkpoint, pretrain
+
+LOSS_NAMES, FEATURE_LOSS_NAMES = loss_names("similarity"), loss_names("feature")  # lessons 00 and 11, read from the registry
 
 # Runs in subprocesses share one environment, so that a killed-and-resumed run and an uninterrupted one compute
 # with the same thread count (floating-point sums depend on it).
@@ -186,7 +188,7 @@ def test_every_feature_loss_trains_without_nan(tmp_path, loss):
     torch.set_num_threads(1)
     for tau, lam in ((0.05, 0.05), (0.5, 1.0), (1.0, 1000.0)):
         cfg = PretrainConfig(loss=loss, tau=tau, lam=lam, **FEATURE_TINY)
-        assert set(cfg.loss_params()) == set(FEATURE_LOSS_PARAMS[loss])
+        assert set(cfg.loss_params()) == set(loss_spec(loss).params)
         last = pretrain(cfg, tmp_path / f"{tau}", quiet=True)
         assert all(math.isfinite(last[k]) for k in ("loss", "uniformity", "tolerance", "alignment", "knn_accuracy")), (tau, last)
         weights = load_checkpoint(tmp_path / f"{tau}" / "checkpoint.pt")["model"]
@@ -369,7 +371,8 @@ def test_training_interrupted_survives_pickling(tmp_path):
 
 def test_a_new_state_checkpoints_exactly_the_state_keys():
     from ctl_explore.data import load_dataset
-    from ctl_explore.train import STATE_KEYS, new_state
+    from ctl_explore.run_folders import STATE_KEYS
+    from ctl_explore.train import new_state
     config = PretrainConfig(width=4, out_dim=16, batch_size=32, device="cpu")
     state = new_state(config, load_dataset("digits", train=True), torch.device("cpu"))
     assert state.net is state.model and state.step is None and state.epoch == 0 and state.history == []

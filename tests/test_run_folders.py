@@ -26,8 +26,9 @@ from ctl_explore.cli import main
 from ctl_explore.losses import contrastive_loss, hard_contrastive_loss, simple_loss
 from ctl_explore.memory_bank import bank_contrastive_loss
 from ctl_explore.memory_bank import MemoryBank
-from ctl_explore.train import (RUN_MARKER, CheckpointError, PretrainConfig, RunBusyError, RunFolderError, TrainingDivergedError,
-                               load_checkpoint, pretrain, run_lock, save_checkpoint, write_json_atomic)
+from ctl_explore.run_folders import (RUN_MARKER, SOFT_LOCK_NAME, CheckpointError, RunBusyError, RunFolderError, run_lock,
+                                     save_checkpoint, write_json_atomic)
+from ctl_explore.train import PretrainConfig, TrainingDivergedError, load_checkpoint, pretrain
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 TINY = dict(width=4, out_dim=16, knn_k=20, batch_size=64)
@@ -171,7 +172,7 @@ def test_a_second_process_on_one_folder_fails_at_once(tmp_path):
 
 def test_run_lock_is_exclusive_across_processes_and_threads_and_dies_with_its_holder(tmp_path):
     run = tmp_path / "run"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom ctl_explore.train import run_lock\n"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom ctl_explore.run_folders import run_lock\n"
                                "with run_lock(sys.argv[1]):\n    print('held', flush=True); time.sleep(120)", str(run)],
                               stdout=subprocess.PIPE, text=True, env=ENV)
     try:
@@ -194,6 +195,73 @@ def test_run_lock_is_exclusive_across_processes_and_threads_and_dies_with_its_ho
             except RunBusyError as e: errors.append(e)
         t = threading.Thread(target=other); t.start(); t.join()
         assert errors and "another thread of this process" in str(errors[0])
+
+
+# A file system that refuses flock (Lustre mounted with noflock, NFS without its lock daemon): filelock's hard lock raises
+# OSError(ENOSYS) or OSError(ENOTSUP) there. The stand-in below refuses the same way, in this process and in the holder's.
+REFUSING_FLOCK = """
+import errno, filelock
+class RefusingFlock:
+    "filelock.FileLock on a file system without flock."
+    def __init__(self, *args, **kwargs): pass
+    def acquire(self, *args, **kwargs): raise OSError(errno.{name}, "flock refused by the file system")
+filelock.FileLock = RefusingFlock
+"""
+
+
+def _refuse_flock(monkeypatch, name: str) -> None:
+    namespace = {}
+    exec(REFUSING_FLOCK.replace("{name}", name).replace("filelock.FileLock = RefusingFlock", ""), namespace)
+    monkeypatch.setattr(run_folders.filelock, "FileLock", namespace["RefusingFlock"])
+    monkeypatch.setattr(run_folders, "_SOFT_FOLDERS", set())
+
+
+@pytest.mark.parametrize("name", ["ENOSYS", "ENOTSUP"])
+def test_run_lock_falls_back_to_a_soft_lock_with_one_warning_where_flock_is_refused(tmp_path, monkeypatch, name):
+    _refuse_flock(monkeypatch, name)
+    run = tmp_path / "run"
+    with pytest.warns(UserWarning, match="refuses flock.*SoftFileLock") as warned:
+        with run_lock(run):
+            assert (run / SOFT_LOCK_NAME).is_file()
+            with run_lock(run): pass  # the holding thread may nest
+            errors = []
+            def other():
+                try:
+                    with run_lock(run): pass
+                except RunBusyError as e: errors.append(e)
+            t = threading.Thread(target=other); t.start(); t.join()
+            assert errors and "another thread of this process" in str(errors[0])
+        assert not (run / SOFT_LOCK_NAME).exists()  # released: the file goes
+        with run_lock(run): pass                      # the same file system again: no second warning
+    assert len([w for w in warned if "refuses flock" in str(w.message)]) == 1
+    run_folders.check_run_folder(run, PretrainConfig.from_dict)  # the soft lock's file is one of a run folder's own
+
+
+def test_soft_lock_refuses_a_second_process_naming_it_and_dies_with_it(tmp_path, monkeypatch):
+    _refuse_flock(monkeypatch, "ENOSYS")
+    run = tmp_path / "run"
+    code = REFUSING_FLOCK.replace("{name}", "ENOSYS") + ("import sys, time, warnings\nwarnings.simplefilter('ignore')\n"
+            "from ctl_explore.run_folders import run_lock\nwith run_lock(sys.argv[1]):\n    print('held', flush=True); time.sleep(120)")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(run)], stdout=subprocess.PIPE, text=True, env=ENV)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert (run / SOFT_LOCK_NAME).is_file() and not (run / ".lock").exists()  # the holder took the soft lock
+        with pytest.warns(UserWarning, match="refuses flock"):
+            with pytest.raises(RunBusyError, match=f"is being written by process {holder.pid}: one run folder takes one writer"):
+                with run_lock(run): pass
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert (run / SOFT_LOCK_NAME).is_file()  # a killed holder leaves its file, naming a process that no longer runs...
+    with run_lock(run): pass                 # ...so the next writer removes it and takes the folder
+    assert not (run / SOFT_LOCK_NAME).exists()
+
+
+def test_run_lock_errors_other_than_a_refused_flock_are_not_a_soft_lock(tmp_path, monkeypatch):
+    _refuse_flock(monkeypatch, "EIO")
+    with pytest.raises(RunFolderError, match=r"cannot lock .*\.lock \(flock refused by the file system\)"):
+        with run_lock(tmp_path / "run"): pass
+    assert not (tmp_path / "run" / SOFT_LOCK_NAME).exists() and not run_folders._SOFT_FOLDERS
 
 
 def test_temporary_files_are_per_writer_and_stale_ones_are_removed(tmp_path):
@@ -513,11 +581,11 @@ def test_run_folders_does_not_import_the_training_loop():
     subprocess.run([sys.executable, "-c", code], check=True, env=ENV)
 
 
-def test_train_reexports_the_run_folder_names():
-    from ctl_explore import run_folders
+def test_train_does_not_reexport_the_run_folder_names():
+    "Each name has one home: the run folder's names are imported from ctl_explore.run_folders, not through the training loop."
     for name in ("write_atomic", "write_json_atomic", "save_checkpoint", "run_lock", "mark_run_folder", "remove_stale_measurements",
                  "CheckpointError", "RunFolderError", "RunBusyError", "RUN_MARKER", "CHECKPOINT_FORMAT", "STATE_KEYS"):
-        assert getattr(train_module, name) is getattr(run_folders, name) and name in train_module.__all__
+        assert name in run_folders.__all__ and name not in train_module.__all__
 
 
 def test_readers_name_the_file(tmp_path):

@@ -297,7 +297,8 @@ def test_two_processes_with_batch_norm_train_as_one(tmp_path):
 
 
 def test_only_a_failed_collective_is_called_a_lost_peer():
-    from ctl_explore.train import CheckpointError, TrainingDivergedError, _peer_failure
+    from ctl_explore.run_folders import CheckpointError
+    from ctl_explore.train import TrainingDivergedError, _peer_failure
     gloo = RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:545] Read error: Connection reset by peer")
     lost = _peer_failure(gloo, 1, 4)
     assert isinstance(lost, ProcessGroupError) and str(lost).startswith("process 1 of 4 stopped") and DIST_TIMEOUT_ENV in str(lost)
