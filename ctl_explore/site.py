@@ -19,13 +19,14 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
+from .html import package_text, render
+
 # %% auto #0
 __all__ = ['WIDGET_NOTE', 'WIDGET_MIME', 'SNAPSHOTS_MIME', 'LIVE_NOTE', 'SKIP_TAG', 'PLOTLY_MIME', 'MATHJAX_CONFIG', 'TEMPLATE',
-           'SITE_JS', 'SITE_CSS', 'SITE_MARKER', 'EXPLORABLES_LINK', 'INSTRUCTORS_LINK', 'cell_directives',
-           'directive_free', 'skip_reason', 'is_hidden', 'figure_html', 'widget_snapshot', 'final_snapshots',
-           'prepare_kernel', 'SiteError', 'execute_lesson', 'page_notebook', 'rewrite_links', 'lesson_notebooks',
-           'page_title', 'claim_folder', 'page_exporter', 'render_page', 'failed_page', 'mark_failed', 'build_site',
-           'main']
+           'SITE_JS', 'SITE_CSS', 'SITE_MARKER', 'cell_directives', 'directive_free', 'skip_reason', 'is_hidden',
+           'figure_html', 'widget_snapshot', 'final_snapshots', 'prepare_kernel', 'SiteError', 'execute_lesson',
+           'page_notebook', 'rewrite_links', 'lesson_notebooks', 'page_title', 'claim_folder', 'page_exporter',
+           'render_page', 'failed_page', 'mark_failed', 'build_site', 'main']
 
 # %% ../nbs/91_site.ipynb #s005
 _DIRECTIVE = re.compile(r"^\s*#\|\s*([\w-]+)\s*:?\s*(.*?)\s*$")
@@ -318,87 +319,10 @@ def rewrite_links(page_html: str, pages: set[str]) -> str:
     return _HREF.sub(swap, page_html)
 
 # %% ../nbs/91_site.ipynb #s026
-MATHJAX_CONFIG = r"""
-MathJax.Hub.Config({
-  tex2jax: {inlineMath: [['$','$'], ['\\(','\\)']], displayMath: [['$$','$$'], ['\\[','\\]']],
-            processEscapes: true, processEnvironments: true},
-  TeX: {equationNumbers: {autoNumber: "AMS", useLabelIds: true}},
-  "HTML-CSS": {availableFonts: [], preferredFont: null, webFont: "STIX-Web", imageFont: null,
-               styles: {"@font-face": {"font-family": "MathJax_Blank", src: "local('MathJax_Blank')"}}},
-  displayAlign: "center", messageStyle: "none", showMathMenu: false
-});
-MathJax.Hub.Register.StartupHook("End", function () { window.ctlSite && window.ctlSite.mathDone(); });
-"""
-
-TEMPLATE = """{%- extends 'index.html.j2' -%}
-{%- block html_head_js -%}
-<script src="assets/plotly.min.js"></script>
-<script src="assets/site.js"></script>
-<script src="assets/explorables.js"></script>
-{%- endblock html_head_js -%}
-{% block jupyter_widgets %}{% endblock jupyter_widgets %}
-{%- block html_head_js_mathjax -%}
-<script type="text/x-mathjax-config">{{ resources.ctl_mathjax_config }}</script>
-<script src="assets/mathjax/MathJax.js?config=TeX-AMS-MML_HTMLorMML-full"></script>
-{%- endblock html_head_js_mathjax -%}
-{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
-{%- block html_head_css -%}<link rel="stylesheet" href="assets/site.css">{%- endblock html_head_css -%}
-{%- block body_header -%}
-{{ super() }}
-{{ resources.ctl_nav }}
-{%- endblock body_header -%}
-{% block body_footer %}
-{{ resources.ctl_nav }}
-{{ resources.ctl_footer }}
-{{ super() }}
-{% endblock body_footer %}
-"""
-
-SITE_JS = r"""// Draws the page's plotly figures with the local plotly.js, starts its explorables (assets/explorables.js) and tells
-// when figures, explorables and math are done (window.ctlSite.done: the browser test waits for it).
-(function () {
-  var mathResolve, mathDone = new Promise(function (r) { mathResolve = r; });
-  var site = window.ctlSite = {done: false, errors: [], mathDone: function () { mathResolve(); }};
-  document.addEventListener("DOMContentLoaded", function () {
-    if (!window.MathJax) mathResolve();
-    var plots = Array.prototype.map.call(document.querySelectorAll("div.ctl-plotly"), function (div) {
-      var fig = JSON.parse(div.querySelector("script").textContent);
-      var target = document.createElement("div");
-      div.appendChild(target);
-      var config = Object.assign({responsive: true, displaylogo: false}, fig.config || {});
-      return Plotly.newPlot(target, fig.data || [], fig.layout || {}, config);
-    });
-    var live = Promise.resolve().then(function () { return window.ctlExplorables && window.ctlExplorables.init(); });
-    Promise.all([Promise.all(plots), mathDone, live]).then(function () { site.done = true; },
-      function (e) { site.errors.push(String(e)); console.error("figure not drawn: " + e); });
-  });
-})();
-"""
-
-SITE_CSS = """
-body.jp-Notebook { max-width: 1100px; margin: 0 auto; padding: 0 1em; }
-nav.ctl-nav { display: flex; justify-content: space-between; gap: 1em; padding: 0.6em 0; margin: 0.5em 0;
-  border-bottom: 1px solid #ddd; font-family: var(--jp-ui-font-family, sans-serif); font-size: 14px; }
-nav.ctl-nav a { text-decoration: none; }
-.ctl-widget { border-left: 3px solid #7aa6da; padding: 0.2em 0 0.2em 0.8em; margin: 0.3em 0; overflow-x: auto; }
-.ctl-widget-note, .ctl-skip-note { font-style: italic; color: #555; margin: 0.2em 0 0.5em; font-size: 13px; }
-.ctl-w-hbox { display: flex; flex-direction: row; flex-wrap: wrap; gap: 0.5em; align-items: flex-start; }
-.ctl-w-hbox > * { flex: 0 0 auto; }
-.ctl-w-vbox { display: flex; flex-direction: column; gap: 0.3em; }
-.ctl-w-grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(300px, 1fr)); gap: 0.5em; }
-.ctl-w-control { display: flex; align-items: center; gap: 0.5em; font-size: 13px; }
-.ctl-w-desc { min-width: 6em; text-align: right; }
-.ctl-w-value { font-family: var(--jp-code-font-family, monospace); }
-.ctl-w-title { font-weight: bold; margin-top: 0.5em; }
-.ctl-plotly { min-width: 300px; }
-nav.ctl-toc { padding: 0 0 1.5em 1em; font-family: var(--jp-content-font-family, sans-serif); }
-nav.ctl-toc ul { list-style: none; padding-left: 0.5em; }
-nav.ctl-toc li { margin: 0.25em 0; }
-.ctl-failed { color: #b00020; }
-li.ctl-not-built { color: #777; }
-.MathJax [class^="MJX-tex-"], .MathJax [mathvariant], .MathJax_Display [class^="MJX-tex-"], .MathJax_Display [mathvariant] {
-  font-family: inherit !important; }
-"""
+MATHJAX_CONFIG = package_text("mathjax-config.js")  # ctl_explore/templates/: MathJax 2's settings for file:// pages
+TEMPLATE = package_text("lesson.html.j2")           # nbconvert's `lab` template, its CDN blocks replaced
+SITE_JS = package_text("site.js")                   # draws the figures, starts the explorables, says when done
+SITE_CSS = package_text("site.css")                 # the layout: one column on a phone, room for two where it fits
 
 # %% ../nbs/91_site.ipynb #s028
 def lesson_notebooks(nbs: Path) -> list[Path]:
@@ -465,10 +389,11 @@ def _assets(out: Path) -> None:
     (assets / "site.css").write_text(SITE_CSS + EXPLORABLES_CSS)
 
 def _nav(order: list[tuple[str, str]], i: int) -> str:
-    link = lambda j, before, after: f'<a href="{order[j][0]}.html">{before}{html.escape(order[j][1])}{after}</a>'
-    prev = link(i - 1, "← ", "") if 0 < i and order[i][0] != "index" else "<span></span>"
-    nxt = link(i + 1, "", " →") if i + 1 < len(order) and order[i + 1][0] != "index" else "<span></span>"
-    return f'<nav class="ctl-nav">{prev}<a href="index.html">Course index</a>{nxt}</nav>'
+    "The bar above and below a page: the previous lesson, the index, the next lesson (template `nav.html.j2`)."
+    page = lambda j: dict(stem=order[j][0], title=order[j][1])
+    prev = page(i - 1) if 0 < i and order[i][0] != "index" else None
+    nxt = page(i + 1) if i + 1 < len(order) and order[i + 1][0] != "index" else None
+    return render("nav.html.j2", prev=prev, next=nxt).rstrip("\n")
 
 def page_exporter():
     "nbconvert's HTMLExporter with the site's template (made once: compiling the template is the slow part)."
@@ -519,12 +444,8 @@ def _build_explorables(out: Path, nav: str, data_dir: Path | None = None) -> dic
     return {"page": EXPLORABLES_PAGE, "title": "Explorables", "seconds": round(time.monotonic() - start, 1)}
 
 def failed_page(title: str, message: str, nav: str = "") -> str:
-    "What a page that failed to build becomes: its title and the error (so no older page of it stays on the site)."
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)} (not built)</title>'
-            '<script src="assets/site.js"></script><link rel="stylesheet" href="assets/site.css"></head>'
-            f'<body class="jp-Notebook ctl-failed-page">{nav}<h1>{html.escape(title)}</h1>'
-            f'<p class="ctl-failed">This page failed when the site was last built: {html.escape(message)}</p>'
-            f'<p>Run the lesson in JupyterLab to see where it stops.</p>{nav}</body></html>\n')
+    "What a page that failed to build becomes (template `failed.html.j2`): its title and the error, so no older page of it stays on the site."
+    return render("failed.html.j2", title=title, message=message, nav=nav, math=False, body_class="ctl-failed-page")
 
 def mark_failed(index_html: str, failed: list[str], built: list[str] = ()) -> str:
     "The index page with the `failed` pages' entries (file names) in its list of pages marked as not built, and the `built` ones' marks removed."
@@ -539,13 +460,6 @@ def mark_failed(index_html: str, failed: list[str], built: list[str] = ()) -> st
 def _only(only: str) -> re.Pattern:
     try: return re.compile(only)
     except re.error as e: raise SiteError(f"--only {only!r} is not a valid regular expression: {e}") from None
-
-EXPLORABLES_LINK = ('<p class="ctl-explorables-link"><a href="explorables.html">Explorables</a>: lesson 02\'s temperature '
-                    'explorer and hypersphere playground, and lessons 09 and 12\'s shipped results one setting at a time, '
-                    'working in the page with no Python behind them.</p>')
-
-INSTRUCTORS_LINK = ('<p class="ctl-instructors-link"><a href="instructors.html">For instructors</a>: the class plans and reading times, '
-                    '<a href="figures.html">the key figures one per screen</a>, and <a href="answer-key.html">the answer key</a>.</p>')
 
 def _instructors_pages(out: Path, nbs: Path, titles: dict[str, str], failed_pages: list[str], nav: str) -> None:
     "instructors.html, figures.html (each core lesson's first figure, from its page on this site) and answer-key.html (appendix 93)."
@@ -577,16 +491,15 @@ def build_site(out: str | Path = "_site", nbs: str | Path | None = None, jobs: i
     # The titles, and so every page's links, come from the notebooks' markdown: known before anything runs, so that
     # each worker can write its page as soon as its lesson has run.
     order = [(p.stem, page_title(nbformat.read(p, as_version=4), p.stem)) for p in notebooks]
-    toc = '<nav class="ctl-toc">' + (EXPLORABLES_LINK if explorables else "") + INSTRUCTORS_LINK + '<h2 id="ctl-all-pages">Every page of this site</h2><ul>' + "".join(
-        f'<li><a href="{stem}.html">{html.escape(stem.split("_")[0])} · {html.escape(title)}</a></li>'
-        for stem, title in order if stem != "index") + "</ul></nav>"
+    toc = render("toc.html.j2", explorables=explorables,
+                 pages=[dict(stem=stem, number=stem.split("_")[0], title=title) for stem, title in order if stem != "index"])
     entries, failures = {}, {}
     bar = _progress(len(notebooks), "running lessons") if progress else _progress(0, "")
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=min(jobs, len(notebooks)), mp_context=ctx) as pool:
         futures = {pool.submit(_build_page, p, flags, timeout, out, order, i, toc if p.stem == "index" else ""): p
                    for i, p in enumerate(notebooks)}
-        index_nav = '<nav class="ctl-nav"><span></span><a href="index.html">Course index</a><span></span></nav>'
+        index_nav = render("nav.html.j2", prev=None, next=None).rstrip("\n")
         if explorables: futures[pool.submit(_build_explorables, out, index_nav, root / "data")] = "explorables"
         for fut in as_completed(futures):
             p = futures[fut]
