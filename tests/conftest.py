@@ -38,7 +38,7 @@ def pytest_report_header(config):
 
 # With pytest-xdist (`-n 2`, set in pyproject's addopts), each test file runs whole on one worker, so that its module
 # fixtures are made once; the two files that check the built site share one group, so the site is built once.
-SITE_FILES = {"test_site_browser.py", "test_explorables.py"}
+SITE_FILES = {"test_site_browser.py", "test_explorables.py", "test_site_screens.py"}
 
 
 def pytest_collection_modifyitems(config, items):

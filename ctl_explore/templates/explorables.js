@@ -103,7 +103,38 @@
     if (parent) parent.appendChild(e);
     return e;
   }
-  function figure(spec, name) { var f = copy(spec.figures[name]); f.layout.template = spec.template; return f; }
+  // A figure for the page: no fixed width (it fills its column), no kept zoom (its axes rescale on every redraw), and
+  // on a touch screen no drag-zoom, so that a swipe over a plot scrolls the page.
+  var TOUCH = !!(window.matchMedia && window.matchMedia("(pointer: coarse)").matches);
+  var CONFIG = {displaylogo: false, responsive: true, scrollZoom: false};
+  function fitScreen(layout) {
+    delete layout.width; delete layout.uirevision; layout.autosize = true;
+    if (TOUCH) {
+      layout.dragmode = false;
+      Object.keys(layout).forEach(function (k) { if (/^[xy]axis\d*$|^scene$/.test(k)) layout[k].fixedrange = true; });
+    }
+    return layout;
+  }
+  function figure(spec, name) {
+    var f = copy(spec.figures[name]); f.layout.template = spec.template; fitScreen(f.layout);
+    f.pristine = copy(f.layout);  // the ranges the library set; every other axis autoscales
+    return f;
+  }
+  // Before a redraw: every axis back to the library's range or to autoscale (undoing any zoom), then the ranges
+  // this update computed.
+  function fitAxes(f, ranges) {
+    Object.keys(f.layout).forEach(function (k) {
+      if (!/^[xy]axis\d*$/.test(k)) return;
+      var p = f.pristine[k] || {};
+      if (ranges && ranges[k]) { f.layout[k].range = ranges[k].slice(); f.layout[k].autorange = false; }
+      else if (p.range) { f.layout[k].range = p.range.slice(); f.layout[k].autorange = false; }
+      else { delete f.layout[k].range; f.layout[k].autorange = true; }
+    });
+  }
+  function plotLabel(div, f) {
+    var t = f.layout.title; t = t && (t.text || t);
+    div.setAttribute("role", "img"); if (t) div.setAttribute("aria-label", String(t));
+  }
 
   // One labelled control: a range (over log10 of the value for log sliders) and a number box that accepts any
   // value in range, as the widget's editable readout does. onChange gets the new value; a refused value is said.
@@ -111,12 +142,15 @@
     var row = el("label", {"class": "ctl-x-control"}, panel);
     el("span", {"class": "ctl-x-desc"}, row, o.label);
     var f = o.log ? Math.log10 : function (v) { return v; }, g = o.log ? function (v) { return Math.pow(10, v); } : f;
-    var range = el("input", {type: "range", min: f(o.min), max: f(o.max), step: o.step, "data-ctl-control": o.name}, row);
-    var box = el("input", {type: "number", min: o.min, max: o.max, step: "any", "data-ctl-box": o.name}, row);
-    range.value = f(o.value); box.value = fmt(o.value, 4);
+    var range = el("input", {type: "range", min: f(o.min), max: f(o.max), step: o.step, "data-ctl-control": o.name,
+                             "aria-label": o.name_long || o.label}, row);
+    var box = el("input", {type: "number", min: o.min, max: o.max, step: "any", "data-ctl-box": o.name,
+                           "aria-label": (o.name_long || o.label) + ", typed"}, row);
+    var said = function (v) { range.setAttribute("aria-valuetext", o.label + " = " + fmt(v, 3)); };
+    range.value = f(o.value); box.value = fmt(o.value, 4); said(o.value);
     range.addEventListener("input", function () {
       var v = o.integer ? Math.round(g(+range.value)) : g(+range.value);
-      box.value = fmt(v, 4); onChange(v);
+      box.value = fmt(v, 4); said(v); onChange(v);
     });
     box.addEventListener("change", function () {
       var v = Number(box.value);
@@ -124,11 +158,11 @@
         say(o.label + " must be " + (o.integer ? "a whole number" : "a number") + " in [" + o.min + ", " + o.max + "], got " + box.value);
         return;
       }
-      range.value = f(v); onChange(v);
+      range.value = f(v); said(v); onChange(v);
     });
     return {range: range, box: box, set: function (v, max) {
       if (max != null) { range.max = f(max); box.max = max; o.max = max; }
-      range.value = f(v); box.value = fmt(v, 4);
+      range.value = f(v); box.value = fmt(v, 4); said(v);
     }};
   }
 
@@ -144,23 +178,24 @@
     var col1 = el("div", {"class": "ctl-x-column"}, panel), col2 = el("div", {"class": "ctl-x-column"}, panel);
     var r = spec.ranges;
     this.controls = {
-      tau: numberControl(col1, {name: "tau", label: "τ", log: true, min: r.tau[0], max: r.tau[1], step: 0.01, value: s.tau},
+      tau: numberControl(col1, {name: "tau", label: "τ", name_long: "temperature τ", log: true, min: r.tau[0], max: r.tau[1], step: 0.01, value: s.tau},
                          function (v) { s.tau = v; self.request("tau"); }, say),
-      alpha: numberControl(col1, {name: "alpha", label: "α", min: r.alpha[0], max: r.alpha[1], step: 0.01, value: s.alpha},
+      alpha: numberControl(col1, {name: "alpha", label: "α", name_long: "α, the fraction of negatives the hard loss keeps", min: r.alpha[0], max: r.alpha[1], step: 0.01, value: s.alpha},
                            function (v) { s.alpha = v; self.request("alpha"); }, say),
-      lam: numberControl(col1, {name: "lam", label: "λ", log: true, min: r.lam[0], max: r.lam[1], step: 0.01, value: s.lam},
+      lam: numberControl(col1, {name: "lam", label: "λ", name_long: "λ, the weight of the simple loss's negatives", log: true, min: r.lam[0], max: r.lam[1], step: 0.01, value: s.lam},
                          function (v) { s.lam = v; self.request("lam"); }, say)};
     var srow = el("label", {"class": "ctl-x-control"}, col2);
     el("span", {"class": "ctl-x-desc"}, srow, "negatives");
-    var select = el("select", {"data-ctl-control": "source"}, srow);
+    var select = el("select", {"data-ctl-control": "source", "aria-label": "the set of negatives"}, srow);
     Object.keys(spec.sources).forEach(function (key) {
       var opt = el("option", {value: key}, select, spec.sources[key].label);
       if (key === s.source) opt.selected = true;
     });
-    this.controls.k = numberControl(col2, {name: "k", label: "K", integer: true, min: 2, max: spec.sources[s.source].max_k, step: 1,
+    this.controls.k = numberControl(col2, {name: "k", label: "K", name_long: "K, the number of negatives", integer: true, min: 2, max: spec.sources[s.source].max_k, step: 1,
                                            value: s.k}, function (v) { s.k = v; self.request("k"); }, say);
-    this.controls.pos = numberControl(col2, {name: "pos", label: "s_ii", min: r.pos[0], max: r.pos[1], step: 0.01, value: s.pos},
+    this.controls.pos = numberControl(col2, {name: "pos", label: "s_ii", name_long: "s_ii, the positive's similarity", min: r.pos[0], max: r.pos[1], step: 0.01, value: s.pos},
                                       function (v) { s.pos = v; self.request("pos"); }, say);
+    this.select = select;
     select.addEventListener("change", function () {  // a new kind of set: K clamped to what it has, s_ii its own
       s.source = select.value;
       var src = spec.sources[s.source];
@@ -170,14 +205,74 @@
     });
     var lrow = el("label", {"class": "ctl-x-control"}, col2), log = el("input", {type: "checkbox", "data-ctl-control": "log_r"}, lrow);
     el("span", {}, lrow, " log scale for r_i");
-    log.checked = !!s.log_r;
+    log.checked = !!s.log_r; this.logBox = log;
     log.addEventListener("change", function () { s.log_r = log.checked; self.request("log_r"); });
+    // a reset, the presets (the paper's figure, each exercise's starting setting) and the state in the page's address
+    var brow = el("div", {"class": "ctl-x-control ctl-x-buttons"}, col2);
+    var reset = el("button", {type: "button", "data-ctl-control": "reset"}, brow, "↺ reset");
+    reset.addEventListener("click", function () { self.apply(spec.state); });
+    var prow = el("label", {"class": "ctl-x-control"}, col1);
+    el("span", {"class": "ctl-x-desc"}, prow, "preset");
+    var presets = el("select", {"data-ctl-control": "preset", "aria-label": "a preset setting"}, prow);
+    el("option", {value: ""}, presets, "choose a setting…");
+    PRESETS.forEach(function (p, i) { el("option", {value: String(i)}, presets, p.label); });
+    presets.addEventListener("change", function () {
+      if (presets.value === "") return;
+      var p = PRESETS[+presets.value], st = copy(spec.state);
+      Object.keys(p.state).forEach(function (key) { st[key] = p.state[key]; });
+      if (p.state.source && p.state.pos == null) st.pos = spec.sources[st.source].pos;
+      if (p.state.k == null) st.k = Math.min(st.k, spec.sources[st.source].max_k);
+      self.apply(st);
+    });
+    this.presetSelect = presets;
     this.figs = {}; this.divs = {};
     ["penalty", "entropy", "loss", "gradient"].forEach(function (name) {
       self.figs[name] = figure(spec, name);
       self.divs[name] = el("div", {"class": "ctl-x-plot", "data-ctl-plot": name}, grid);
+      plotLabel(self.divs[name], self.figs[name]);
     });
+    var fromUrl = readHash(spec);
+    if (fromUrl) Object.keys(fromUrl).forEach(function (key) { s[key] = fromUrl[key]; });
+    if (fromUrl) this.setControls();
   }
+  // [WL21] Fig 3 and the settings lesson 02's exercises start from (the settings, not the answers)
+  var PRESETS = [
+    {label: "[WL21] Fig 3: r_i at τ = 0.07 (K = 256 spread)", state: {source: "spread", k: 256, tau: 0.07, alpha: 0.1, log_r: false}},
+    {label: "[WL21] Fig 3 on a log scale: the slope 1/τ", state: {source: "spread", k: 256, tau: 0.2, alpha: 0.1, log_r: true}},
+    {label: "Exercise 1: the nearest negative's share (τ = 0.05)", state: {source: "spread", k: 256, tau: 0.05, alpha: 0.1, log_r: false}},
+    {label: "Exercise 2: H(r_i) near log K (τ = 10)", state: {source: "spread", k: 256, tau: 10, alpha: 0.1, log_r: false}},
+    {label: "Exercise 3: the interval [s_α, 1] (α = 0.1)", state: {source: "spread", k: 256, tau: 0.2, alpha: 0.1, log_r: false}},
+    {label: "Real digits' negatives, τ = 0.2", state: {source: "digits", k: 1796, tau: 0.2, alpha: 0.1, log_r: false}}];
+  var HASH = "#explorer?", KEYS = ["tau", "alpha", "lam", "source", "k", "pos", "log_r"];
+  function readHash(spec) {  // the explorer's state from the page's address (#explorer?tau=…&…), checked against the ranges
+    if (location.hash.indexOf(HASH) !== 0) return null;
+    var q = new URLSearchParams(location.hash.slice(HASH.length)), out = {}, r = spec.ranges;
+    var num = function (key, lo, hi) { var v = Number(q.get(key)); if (q.has(key) && isFinite(v) && v >= lo && v <= hi) out[key] = v; };
+    if (q.has("source") && spec.sources[q.get("source")]) out.source = q.get("source");
+    var src = spec.sources[out.source || spec.state.source];
+    num("tau", r.tau[0], r.tau[1]); num("alpha", r.alpha[0], r.alpha[1]); num("lam", r.lam[0], r.lam[1]);
+    num("pos", r.pos[0], r.pos[1]); num("k", 2, src.max_k);
+    if (out.k != null) out.k = Math.round(out.k);
+    if (q.has("log_r")) out.log_r = q.get("log_r") === "1";
+    return out;
+  }
+  TemperatureExplorer.prototype.writeHash = function () {
+    var s = this.state, q = new URLSearchParams();
+    KEYS.forEach(function (key) { q.set(key, key === "log_r" ? (s.log_r ? "1" : "0") : typeof s[key] === "number" ? fmt(s[key], 6) : s[key]); });
+    try { history.replaceState(null, "", HASH + q.toString()); } catch (e) { /* a page that may not change its address */ }
+  };
+  TemperatureExplorer.prototype.setControls = function () {  // the controls show the state
+    var s = this.state, c = this.controls;
+    this.select.value = s.source;
+    c.k.set(s.k, this.spec.sources[s.source].max_k); c.tau.set(s.tau); c.alpha.set(s.alpha); c.lam.set(s.lam); c.pos.set(s.pos);
+    this.logBox.checked = !!s.log_r;
+  };
+  TemperatureExplorer.prototype.apply = function (state) {  // a whole new state (reset, preset): everything redrawn
+    var s = this.state;
+    KEYS.forEach(function (key) { if (state[key] != null) s[key] = state[key]; });
+    this.setControls();
+    return this.request("init");
+  };
   TemperatureExplorer.prototype.negatives = function () {  // similarity_set(source, k, seed): (s_ii of the set, sorted negatives)
     var s = this.state, src = this.spec.sources[s.source];
     var neg = s.source === "spread" ? M.linspace(s.k) : src.draws.slice(0, s.k).sort(function (a, b) { return a - b; });
@@ -207,7 +302,7 @@
       for (var b = 0; b < spec.n_bins; b++) centres.push((b + 0.5) * 2 / spec.n_bins - 1);
       spec.reference_taus.forEach(function (t, i) { F.penalty.data[2 + i].x = neg; F.penalty.data[2 + i].y = M.relativePenalty(neg, t); });
       F.penalty.data[7].x = centres; F.penalty.data[7].y = counts;
-      F.penalty.layout.yaxis2.range = [0, 4 * Math.max.apply(null, counts)];
+      this.histRange = [0, 4 * Math.max.apply(null, counts)];
       F.entropy.data[0].x = taus; F.entropy.data[0].y = M.entropyCurve(neg, taus);
       F.entropy.data[4].x = [taus[0], taus[taus.length - 1]]; F.entropy.data[4].y = [Math.log(neg.length), Math.log(neg.length)];
     }
@@ -218,17 +313,21 @@
       var top = Math.max.apply(null, c.loss), bottom = Math.max(Math.min.apply(null, c.loss), top * 1e-4);
       var low = taus[0], high = taus[taus.length - 1];
       ["loss", "triplet", "simple"].forEach(function (name, i) { F.loss.data[i].x = taus; F.loss.data[i].y = c[name]; });
-      F.loss.layout.yaxis.range = [Math.log10(bottom) - 0.1, Math.log10(top) + 0.1];
+      this.lossRange = [Math.log10(bottom) - 0.1, Math.log10(top) + 0.1];
+      var mid = function (a, b) { return (Math.log10(a) + Math.log10(b)) / 2; }, ann = F.loss.layout.annotations;
+      ann[0].x = mid(low, this.regimes[0] || low); ann[0].visible = !!this.regimes[0];
+      ann[1].x = mid(this.regimes[1] || high, high); ann[1].visible = !!this.regimes[1];
       F.loss.layout.shapes[0].x0 = low; F.loss.layout.shapes[0].x1 = this.regimes[0] || low;
       F.loss.layout.shapes[1].x0 = this.regimes[1] || high; F.loss.layout.shapes[1].x1 = high;
     }
-    if (redoSet || what.alpha) {
+    if (redoSet || what.alpha || !this.sAlpha) {
       this.sAlpha = M.sAlpha(neg, s.alpha); this.nKept = M.nInformative(neg.length, s.alpha);
       F.penalty.layout.shapes[0].x0 = this.sAlpha;
       F.entropy.data[1].x = taus; F.entropy.data[1].y = M.entropyCurve(neg, taus, s.alpha);
       F.entropy.data[5].x = [taus[0], taus[taus.length - 1]]; F.entropy.data[5].y = [Math.log(this.nKept), Math.log(this.nKept)];
     }
     F.penalty.data[6].y = [s.lam, s.lam];
+    F.penalty.layout.annotations[0].x = this.sAlpha;
     F.penalty.layout.yaxis.type = s.log_r ? "log" : "linear";
     // what depends on τ (every update but λ's and the log scale's redraws it: cheap next to plotting)
     var r = this.r = M.relativePenalty(neg, s.tau), rh = this.rHard = M.relativePenalty(neg, s.tau, s.alpha);
@@ -247,11 +346,22 @@
     heights.push(rest); texts.push((k - nTop) + " negatives");
     heights.forEach(function (hgt, i) { F.gradient.data[i].y = [hgt]; F.gradient.data[i].hovertext = [texts[i]]; });
     this.readout.innerHTML = this.readoutHtml();
-    var drawn = ["penalty", "entropy", "loss", "gradient"].map(function (name) {
+    // only the figures this change moves: λ and the log scale move r_i's plot alone, α the two of r_i and H(r_i),
+    // s_ii the loss and the bars; τ, K and the set move all four
+    var all = what.init || what.source || what.k || what.tau;
+    var moved = {penalty: all || what.alpha || what.lam || what.log_r, entropy: all || what.alpha,
+                 loss: all || what.pos, gradient: all || what.pos};
+    var ranges = {penalty: {yaxis2: this.histRange}, loss: {yaxis: this.lossRange}};
+    var names = ["penalty", "entropy", "loss", "gradient"].filter(function (name) { return moved[name]; });
+    s.redrawn = names;
+    var drawn = names.map(function (name) {
       var fig = F[name], div = self.divs[name];
+      fitAxes(fig, ranges[name]);
       fig.layout.datarevision = (fig.layout.datarevision || 0) + 1;
-      return Plotly.react(div, fig.data, fig.layout, {displaylogo: false, responsive: true});
+      return Plotly.react(div, fig.data, fig.layout, CONFIG);
     });
+    if (!what.init || location.hash.indexOf(HASH) === 0 || this.touched) this.writeHash();
+    if (!what.init) this.touched = true;
     return Promise.all(drawn).then(function () { self.timings.push(performance.now() - t0); s.updates = (s.updates || 0) + 1; });
   };
   TemperatureExplorer.prototype.readoutHtml = function () {
@@ -301,6 +411,7 @@
     this.play = el("button", {type: "button", "data-ctl-control": "play"}, prow, "▶ play");
     this.scrub = el("input", {type: "range", min: 0, max: spec.frame_steps.length - 1, step: 1, "data-ctl-control": "frame"}, prow);
     this.scrub.value = s.frame;
+    this.scrub.setAttribute("aria-valuetext", "frame " + s.frame);
     this.stepLabel = el("span", {"class": "ctl-x-value"}, prow);
     this.readout = el("div", {"class": "ctl-x-readout"}, host);
     var grid = el("div", {"class": "ctl-x-figures"}, host);
@@ -308,6 +419,8 @@
     this.scrub.addEventListener("input", function () { self.stop(); s.frame = +self.scrub.value; self.show(); });
     this.play.addEventListener("click", function () { self.timer ? self.stop() : self.start(); });
     this.figs = {sphere: figure(spec, "sphere"), history: figure(spec, "history")};
+    this.scrub.setAttribute("aria-label", "the step shown");
+    this.lossSelect.setAttribute("aria-label", "the loss");
     this.divs = {sphere: el("div", {"class": "ctl-x-plot", "data-ctl-plot": "sphere"}, grid),
                  history: el("div", {"class": "ctl-x-plot", "data-ctl-plot": "history"}, grid)};
   }
@@ -357,7 +470,7 @@
       ") · <b>tolerance</b> = " + tol.toFixed(3) + " (start: " + run.tolerance[0].toFixed(3) + ")";
     return Promise.all(["sphere", "history"].map(function (name) {
       F[name].layout.datarevision = (F[name].layout.datarevision || 0) + 1;
-      return Plotly.react(self.divs[name], F[name].data, F[name].layout, {displaylogo: false, responsive: true});
+      return Plotly.react(self.divs[name], F[name].data, F[name].layout, CONFIG);
     })).then(function () { s.shown = (s.shown || 0) + 1; });
   };
 
@@ -384,8 +497,8 @@
     s.key = key;
     this.note.innerHTML = shown.note || "";
     return Promise.all(shown.figures.map(function (f, i) {
-      var fig = copy(f); fig.layout.template = self.spec.template;
-      return Plotly.react(self.divs[i], fig.data, fig.layout, {displaylogo: false, responsive: true});
+      var fig = copy(f); fig.layout.template = self.spec.template; fitScreen(fig.layout);
+      return Plotly.react(self.divs[i], fig.data, fig.layout, CONFIG);
     })).then(function () { s.shown = (s.shown || 0) + 1; });
   };
 
