@@ -616,6 +616,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                   'ctl_explore.site._note_output': ('site.html#_note_output', 'ctl_explore/site.py'),
                                   'ctl_explore.site._only': ('site.html#_only', 'ctl_explore/site.py'),
                                   'ctl_explore.site._output_html': ('site.html#_output_html', 'ctl_explore/site.py'),
+                                  'ctl_explore.site._part': ('site.html#_part', 'ctl_explore/site.py'),
+                                  'ctl_explore.site._parts': ('site.html#_parts', 'ctl_explore/site.py'),
                                   'ctl_explore.site._progress': ('site.html#_progress', 'ctl_explore/site.py'),
                                   'ctl_explore.site._repo_root': ('site.html#_repo_root', 'ctl_explore/site.py'),
                                   'ctl_explore.site._snapshot_block': ('site.html#_snapshot_block', 'ctl_explore/site.py'),

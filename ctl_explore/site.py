@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import argparse
-import html
+import functools
 import json
 import math
 import multiprocessing
@@ -19,7 +19,9 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-from .html import package_text, render
+from markupsafe import Markup
+
+from .html import environment, package_text, render
 
 # %% auto #0
 __all__ = ['WIDGET_NOTE', 'WIDGET_MIME', 'SNAPSHOTS_MIME', 'LIVE_NOTE', 'SKIP_TAG', 'PLOTLY_MIME', 'MATHJAX_CONFIG', 'TEMPLATE',
@@ -62,21 +64,28 @@ def is_hidden(source: str) -> bool:
     return "hide" in cell_directives(source)
 
 # %% ../nbs/91_site.ipynb #s010
+@functools.cache
+def _parts():
+    "The macros of the template `site-parts.html.j2`: the pieces of a page, through the package's one jinja2 environment."
+    return environment().get_template("site-parts.html.j2").module
+
+def _part(name: str, *args, **values) -> str:
+    "The piece `name` of `site-parts.html.j2`, filled (values escaped, except HTML made by another piece)."
+    return str(getattr(_parts(), name)(*args, **values))
+
 def figure_html(figure: dict | str) -> str:
     "A plotly figure (its dict or JSON: data, layout, config) as a div that `assets/site.js` draws with the local plotly.js."
     text = figure if isinstance(figure, str) else json.dumps(figure, allow_nan=False, separators=(",", ":"))
     text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-    return f'<div class="ctl-plotly"><script type="application/json">{text}</script></div>'
+    return _part("figure", text)
 
 # %% ../nbs/91_site.ipynb #s013
-WIDGET_NOTE = ('<p class="ctl-widget-note">A live widget in JupyterLab: run this lesson there to move its controls. '
-               'Here, a snapshot of it when this page was built; the controls do nothing, the figures zoom and hover.</p>')
+WIDGET_NOTE = _part("widget_note")
 
 def _described(w, inner: str) -> str:
     desc = getattr(w, "description", "") or ""
-    if not getattr(w, "description_allow_html", False): desc = html.escape(desc)
-    label = f'<span class="ctl-w-desc">{desc}</span>' if desc else ""
-    return f'<div class="ctl-w-control">{label}{inner}</div>'
+    if getattr(w, "description_allow_html", False): desc = Markup(desc)  # the widget says its description is HTML
+    return _part("control", desc, Markup(inner))
 
 def _value_text(w) -> str:
     fmt = getattr(w, "readout_format", None)
@@ -87,16 +96,14 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 def _output_html(out: dict) -> str:
     "One output dict (as an Output widget keeps them) as HTML."
-    if out.get("output_type") == "stream": return f'<pre class="ctl-w-stream">{html.escape(out.get("text", ""))}</pre>'
-    if out.get("output_type") == "error":
-        text = _ANSI.sub("", "\n".join(out.get("traceback", [])))
-        return f'<pre class="ctl-w-stream">{html.escape(text)}</pre>'
+    if out.get("output_type") == "stream": return _part("stream", out.get("text", ""))
+    if out.get("output_type") == "error": return _part("stream", _ANSI.sub("", "\n".join(out.get("traceback", []))))
     data = out.get("data", {})
     if "application/vnd.plotly.v1+json" in data: return figure_html(data["application/vnd.plotly.v1+json"])
     if "text/html" in data: return "".join(data["text/html"]) if isinstance(data["text/html"], list) else data["text/html"]
     for mime in ("image/png", "image/jpeg"):
-        if mime in data: return f'<img src="data:{mime};base64,{data[mime]}">'
-    return f'<pre>{html.escape(str(data.get("text/plain", "")))}</pre>'
+        if mime in data: return _part("image", mime, data[mime])
+    return _part("plain", str(data.get("text/plain", "")))
 
 def widget_snapshot(w) -> str:
     "Static HTML for widget `w` and its children as they are now (plotly FigureWidgets as interactive plotly figures)."
@@ -108,38 +115,28 @@ def widget_snapshot(w) -> str:
     if BaseFigure and isinstance(w, BaseFigure): return figure_html(pio.to_json(w, validate=False))
     if isinstance(w, (W.Tab, W.Accordion)):
         titles = list(getattr(w, "titles", ()) or ())
-        return "".join(f'<div class="ctl-w-section"><div class="ctl-w-title">{html.escape(str(titles[i]) if i < len(titles) and titles[i] else f"part {i + 1}")}</div>{widget_snapshot(c)}</div>'
-                       for i, c in enumerate(w.children))
+        return _part("sections", [(str(titles[i]) if i < len(titles) and titles[i] else f"part {i + 1}", Markup(widget_snapshot(c)))
+                                  for i, c in enumerate(w.children)])
     if isinstance(w, W.Box):
         kind = "hbox" if isinstance(w, W.HBox) else "grid" if isinstance(w, W.GridBox) else "vbox"
-        return f'<div class="ctl-w-{kind}">' + "".join(widget_snapshot(c) for c in w.children) + "</div>"
-    if isinstance(w, W.Output):
-        shown = "".join(_output_html(dict(o)) for o in w.outputs)
-        return f'<div class="ctl-w-output">{shown}</div>' if shown else '<div class="ctl-w-output ctl-w-empty">(output drawn when the lesson runs in JupyterLab)</div>'
-    if isinstance(w, (W.HTML, W.HTMLMath)): return _described(w, f'<div class="ctl-w-html">{w.value}</div>')
-    if isinstance(w, W.Label): return f'<span class="ctl-w-label">{html.escape(str(w.value))}</span>'
-    if isinstance(w, W.Button): return f'<button class="ctl-w-button" disabled>{html.escape(w.description or "button")}</button>'
-    if isinstance(w, (W.Checkbox, W.ToggleButton)):
-        return _described(w, f'<input type="checkbox" disabled{" checked" if w.value else ""}>')
-    if isinstance(w, (W.FloatProgress, W.IntProgress)):
-        return _described(w, f'<progress max="{w.max - w.min}" value="{w.value - w.min}"></progress>')
+        return _part("box", kind, Markup("".join(widget_snapshot(c) for c in w.children)))
+    if isinstance(w, W.Output): return _part("output", Markup("".join(_output_html(dict(o)) for o in w.outputs)))
+    if isinstance(w, (W.HTML, W.HTMLMath)): return _described(w, _part("html_value", Markup(w.value)))
+    if isinstance(w, W.Label): return _part("label", str(w.value))
+    if isinstance(w, W.Button): return _part("button", w.description or "button")
+    if isinstance(w, (W.Checkbox, W.ToggleButton)): return _described(w, _part("checkbox", bool(w.value)))
+    if isinstance(w, (W.FloatProgress, W.IntProgress)): return _described(w, _part("progress", w.max - w.min, w.value - w.min))
     if isinstance(w, (W.FloatLogSlider,)):
         v = math.log(w.value, w.base) if w.value > 0 else w.min
-        return _described(w, f'<input type="range" disabled min="{w.min}" max="{w.max}" step="{w.step}" value="{v}">'
-                             f'<span class="ctl-w-value">{html.escape(_value_text(w))}</span>')
-    if isinstance(w, (W.FloatSlider, W.IntSlider)):
-        return _described(w, f'<input type="range" disabled min="{w.min}" max="{w.max}" step="{w.step}" value="{w.value}">'
-                             f'<span class="ctl-w-value">{html.escape(_value_text(w))}</span>')
-    if isinstance(w, W.widget_selection._MultipleSelection):
-        return _described(w, f'<span class="ctl-w-value">{html.escape(", ".join(map(str, w.label)))}</span>')
-    if isinstance(w, W.widget_selection._Selection):
-        return _described(w, f'<span class="ctl-w-value">{html.escape(str(w.label))}</span>')
+        return _described(w, _part("slider", w.min, w.max, w.step, v, _value_text(w)))
+    if isinstance(w, (W.FloatSlider, W.IntSlider)): return _described(w, _part("slider", w.min, w.max, w.step, w.value, _value_text(w)))
+    if isinstance(w, W.widget_selection._MultipleSelection): return _described(w, _part("value", ", ".join(map(str, w.label))))
+    if isinstance(w, W.widget_selection._Selection): return _described(w, _part("value", str(w.label)))
     if isinstance(w, W.Image):
         import base64
-        return f'<img class="ctl-w-image" src="data:image/{w.format};base64,{base64.b64encode(bytes(w.value)).decode()}">'
-    if isinstance(w, W.ValueWidget):
-        return _described(w, f'<span class="ctl-w-value">{html.escape(_value_text(w))}</span>')
-    return f'<span class="ctl-w-other">[{html.escape(type(w).__name__)}: live in JupyterLab]</span>'
+        return _part("image", f"image/{w.format}", base64.b64encode(bytes(w.value)).decode(), cls="ctl-w-image")
+    if isinstance(w, W.ValueWidget): return _described(w, _part("value", _value_text(w)))
+    return _part("other", type(w).__name__)
 
 # %% ../nbs/91_site.ipynb #s016
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
@@ -151,12 +148,10 @@ def _snapshot_block(w, k: int) -> str:
     "Widget `w`'s snapshot with its note, marked as the k-th widget displayed; '' for a widget already closed."
     if getattr(w, "comm", True) is None: return ""
     try: snap = widget_snapshot(w)
-    except Exception as e: snap = f'<p class="ctl-widget-note">(no snapshot of this widget: {html.escape(type(e).__name__)}: {html.escape(str(e))})</p>'
-    return f'<div class="ctl-widget" data-ctl-widget="{k}">{WIDGET_NOTE}{snap}</div>'
+    except Exception as e: snap = _part("problem", "snapshot", f"{type(e).__name__}: {e}")
+    return _part("widget", k, Markup(WIDGET_NOTE + snap))
 
-LIVE_NOTE = ('<p class="ctl-widget-note">Live in this page, with no kernel: the controls work. It mirrors the lesson\'s widget '
-             '(computed here from the same formulas, or replayed from runs the library made when this page was built); '
-             'in JupyterLab the lesson shows the widget itself.</p>')
+LIVE_NOTE = _part("live_note")
 
 def _live_block(w, k: int) -> str | None:
     "Lesson 02's widgets as the explorables of appendix 92, live without a kernel; None for any other widget."
@@ -164,9 +159,8 @@ def _live_block(w, k: int) -> str | None:
     from ctl_explore.explorables import explorable_for_widget
     try: live = explorable_for_widget(w)
     except Exception as e:
-        return (f'<div class="ctl-widget" data-ctl-widget="{k}"><p class="ctl-widget-note">(no explorable for this widget: '
-                f'{html.escape(type(e).__name__)}: {html.escape(str(e))})</p>{widget_snapshot(w)}</div>')
-    return None if live is None else f'<div class="ctl-widget ctl-widget-live" data-ctl-widget="{k}">{LIVE_NOTE}{live._repr_html_()}</div>'
+        return _part("widget", k, Markup(_part("problem", "explorable", f"{type(e).__name__}: {e}") + widget_snapshot(w)))
+    return None if live is None else _part("widget", k, Markup(LIVE_NOTE + live._repr_html_()), live=True)
 
 def final_snapshots() -> None:
     "In a lesson's kernel, after its last cell: display every displayed widget's snapshot as it is now (lesson 02's as explorables)."
@@ -266,7 +260,7 @@ PLOTLY_MIME = "application/vnd.plotly.v1+json"
 
 def _note_output(text: str):
     import nbformat
-    return nbformat.v4.new_output("display_data", data={"text/html": f'<p class="ctl-skip-note">{text}</p>'})
+    return nbformat.v4.new_output("display_data", data={"text/html": _part("skip_note", text)})
 
 def page_notebook(nb, skipped: dict[int, str] | None = None):
     "A copy of executed notebook `nb` as its page shows it, and counts {'figures', 'images', 'widgets', 'hidden_cells', 'skipped_cells'}."
@@ -294,14 +288,14 @@ def page_notebook(nb, skipped: dict[int, str] | None = None):
             elif WIDGET_MIME in data:
                 if data.get("text/html") == "": continue  # closed before the lesson ended: gone in JupyterLab too
                 counts["widgets"] += 1
-                snap = data.get("text/html") or f'<div class="ctl-widget">{WIDGET_NOTE}</div>'
+                snap = data.get("text/html") or _part("widget", None, Markup(WIDGET_NOTE))
                 counts["figures"] += snap.count('class="ctl-plotly"')
                 out.data = {"text/html": snap}
             elif any(m in data for m in ("image/png", "image/jpeg", "image/svg+xml")): counts["images"] += 1
             elif "text/html" in data: counts["figures"] += "".join(data["text/html"]).count('class="ctl-plotly"')
             outputs.append(out)
         if i in skipped:
-            outputs.append(_note_output(f"Not run for this page ({html.escape(skipped[i])}): run it in JupyterLab to see its output."))
+            outputs.append(_note_output(f"Not run for this page ({skipped[i]}): run it in JupyterLab to see its output."))
         cell.outputs = outputs
         if cell.source.strip() or outputs: cells.append(cell)
     nb.cells = cells
@@ -449,12 +443,12 @@ def failed_page(title: str, message: str, nav: str = "") -> str:
 
 def mark_failed(index_html: str, failed: list[str], built: list[str] = ()) -> str:
     "The index page with the `failed` pages' entries (file names) in its list of pages marked as not built, and the `built` ones' marks removed."
+    entry = lambda page, failed: lambda m: _part("index_entry", page, Markup(m.group(1)), failed)
     for page in built:
         index_html = re.sub(rf'<li class="ctl-not-built"><a href="{re.escape(page)}">(.*?)</a> \(failed to build\)</li>',
-                            lambda m: f'<li><a href="{page}">{m.group(1)}</a></li>', index_html)
+                            entry(page, False), index_html)
     for page in failed:
-        index_html = re.sub(rf'<li><a href="{re.escape(page)}">(.*?)</a></li>',
-                            lambda m: f'<li class="ctl-not-built"><a href="{page}">{m.group(1)}</a> (failed to build)</li>', index_html)
+        index_html = re.sub(rf'<li><a href="{re.escape(page)}">(.*?)</a></li>', entry(page, True), index_html)
     return index_html
 
 def _only(only: str) -> re.Pattern:

@@ -203,7 +203,7 @@
       self.controls.k.set(s.k, src.max_k); self.controls.pos.set(s.pos);
       self.request("source");
     });
-    var lrow = el("label", {"class": "ctl-x-control"}, col2), log = el("input", {type: "checkbox", "data-ctl-control": "log_r"}, lrow);
+    var lrow = el("label", {"class": "ctl-x-control"}, col2), log = el("input", {type: "checkbox", "data-ctl-control": "log_r", "aria-label": "r_i on a log scale"}, lrow);
     el("span", {}, lrow, " log scale for r_i");
     log.checked = !!s.log_r; this.logBox = log;
     log.addEventListener("change", function () { s.log_r = log.checked; self.request("log_r"); });
