@@ -629,6 +629,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                   'ctl_explore.site.directive_free': ('site.html#directive_free', 'ctl_explore/site.py'),
                                   'ctl_explore.site.execute_lesson': ('site.html#execute_lesson', 'ctl_explore/site.py'),
                                   'ctl_explore.site.failed_page': ('site.html#failed_page', 'ctl_explore/site.py'),
+                                  'ctl_explore.site.fig3_html': ('site.html#fig3_html', 'ctl_explore/site.py'),
                                   'ctl_explore.site.figure_html': ('site.html#figure_html', 'ctl_explore/site.py'),
                                   'ctl_explore.site.final_snapshots': ('site.html#final_snapshots', 'ctl_explore/site.py'),
                                   'ctl_explore.site.is_hidden': ('site.html#is_hidden', 'ctl_explore/site.py'),

