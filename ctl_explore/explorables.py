@@ -215,7 +215,7 @@ def _replays(loss, tau, alpha, lam, lr, sigma, seed, n_classes, per_class, sprea
     return dict(kind="hypersphere-replay", state=dict(loss=loss, tau=tau if _takes_tau(loss) else taus[0], frame=0),
                 losses=list(menu), loss_labels=menu, taus=list(taus), tau_free=[l for l in menu if not _takes_tau(l)],
                 frame_steps=run["frame_steps"], labels=run["labels"].tolist(), n_classes=n_classes, scale=FRAME_SCALE,
-                uniformity_range=_padded([u for r in runs for u in r["uniformity"]]),
+                uniformity_range=_padded([u for r in runs for u in r["uniformity"]] + [sphere_uniformity_limit(3)]),  # the limit's line shows
                 tolerance_range=_padded([v for r in runs for v in r["tolerance"]]),
                 uniform_limit=sphere_uniformity_limit(3), frame_ms=150, runs=runs,
                 settings=dict(alpha=alpha, lam=lam, lr=lr, sigma=sigma, seed=seed, steps=steps, every=every, **cluster),
@@ -279,12 +279,12 @@ def study_stepper(rows: list[dict]) -> dict:
     def draw(loss, tau):
         cell = [r for r in rows if r["loss"] == loss and (not _takes_tau(loss) or r["tau"] == tau)]
         label = loss_spec(loss).label + (f", τ = {tau:g}" if _takes_tau(loss) else "")
-        if not cell: return [go.Figure(), go.Figure()], f"<b>{label}</b>: no run in this study"
+        note = lambda **numbers: render("study-note.html.j2", label=label, **numbers).strip()
+        if not cell: return [go.Figure(), go.Figure()], note(n=0)
         mean = lambda key: sum(r[key] for r in cell) / len(cell)
         spread = lambda key: max(r[key] for r in cell) - min(r[key] for r in cell)
-        note = (f"<b>{label}</b>: {len(cell)} runs; linear accuracy {mean('linear_top1'):.3f} (seeds within {spread('linear_top1'):.3f}), "
-                f"uniformity {mean('uniformity'):.3f}, tolerance {mean('tolerance'):.3f}"
-                + ("" if _takes_tau(loss) else " (this loss has no τ: the same runs at every τ)"))
+        note = note(n=len(cell), accuracy=mean("linear_top1"), spread=spread("linear_top1"), uniformity=mean("uniformity"),
+                    tolerance=mean("tolerance"), tau_free=not _takes_tau(loss))
         return [trajectory_figure(cell), _profile_figure(cell, "[WL21] Fig 8: the positive, then the 10 nearest negatives")], note
     index = taus.index(0.2) if 0.2 in taus else 0
     return figure_stepper({"loss": ("loss", [(loss_spec(l).label, l) for l in losses], 0),

@@ -62,3 +62,4 @@ def test_html_goes_through_templates(module):
     assert not re.search(r"""f?["']{1,3}\s*<!DOCTYPE""", text, re.I), f"{module} builds a page in Python"
     assert not re.search(r"""["']<(script|style)\b""", text), f"{module} inlines a script or a style sheet"
     assert not re.search(r'^\w+_(JS|CSS) = r?"""', text, re.M), f"{module} holds a script or style sheet as a string"
+    assert not re.search(r"""\bf["']{1,3}<""", text), f"{module} builds HTML in an f-string"
