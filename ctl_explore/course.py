@@ -402,7 +402,7 @@ def answer_key_html(nbs: str | Path = ".") -> str:
     return "\n".join(parts)
 
 # %% ../nbs/93_course_kit.ipynb #2dc7c79a
-KEY_FIGURE_LESSONS = ("00_losses", "01_gradients", "03_metrics", "06_memory_bank", "07_pretrain", "08_linear_eval",
+KEY_FIGURE_LESSONS = ("00_losses", "01_gradients", "02_explorer", "03_metrics", "06_memory_bank", "07_pretrain", "08_linear_eval",
                       "09_temperature_study", "10_embeddings", "11_generalized_losses", "12_feature_suppression")
 _FIGURE = re.compile(r'<div class="ctl-plotly"><script type="application/json">(.*?)</script></div>', re.S)
 
@@ -416,11 +416,9 @@ def _figure_title(block: str) -> str:
     return (title.get("text") if isinstance(title, dict) else title) or ""
 
 def _page(title: str, body: str, nav: str = "", extra_css: str = "") -> str:
-    return ("<!doctype html><html><head><meta charset='utf-8'>"
-            f"<title>{html.escape(title)}</title><link rel='stylesheet' href='assets/site.css'>"
-            "<script src='assets/plotly.min.js'></script><script src='assets/site.js'></script>"
-            f"<style>body{{font-family:sans-serif;max-width:1100px;margin:0 auto;padding:0 1em}}{extra_css}</style></head>"
-            f"<body>{nav}<h1>{html.escape(title)}</h1>{body}{nav}</body></html>")
+    "A page of the site for instructors (template `course-page.html.j2`): viewport tag, the site's scripts and style, math typeset."
+    from ctl_explore.html import package_text, render
+    return render("course-page.html.j2", title=title, body=body, nav=nav, math=True, mathjax_config=package_text("mathjax-config.js"))
 
 def figures_page(pages: dict[str, str], titles: dict[str, str], nav: str = "") -> str:
     "One screen per key figure: the first figure of each lesson in KEY_FIGURE_LESSONS, from its built page's HTML (`pages`: stem -> html)."
@@ -432,12 +430,9 @@ def figures_page(pages: dict[str, str], titles: dict[str, str], nav: str = "") -
             why = "its page has no figure" if stem in pages else "this site has no page for it (built with --only)"
             sections.append(f"<section class='ctl-slide'><h2>{head}</h2><p class='ctl-skip-note'>No figure: {why}.</p></section>")
             continue
-        sub = html.escape(_figure_title(blocks[0]))
-        sections.append(f"<section class='ctl-slide'><h2>{head}</h2>{f'<p>{sub}</p>' if sub else ''}"
-                        f"<p><a href='{html.escape(stem)}.html'>the lesson</a></p>{blocks[0]}</section>")
-    css = ".ctl-slide{min-height:100vh;box-sizing:border-box;padding:1em 0;border-bottom:1px solid #ddd}"
+        sections.append(f"<section class='ctl-slide'><h2>{head} · <a href='{html.escape(stem)}.html'>the lesson</a></h2>{blocks[0]}</section>")
     return _page("Key figures, one per screen", "<p>For projecting: each core lesson's first figure, as the lesson computed it when this site was built.</p>"
-                 + "".join(sections), nav, css)
+                 + "".join(sections), nav)
 
 def instructors_page(nbs: str | Path = ".", nav: str = "") -> str:
     "The instructors' page: the reading-time rule and table, both class plans, and links to the figures and the answer key."

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import base64
-import html
 import json
 import math
 from functools import lru_cache
@@ -19,14 +18,15 @@ from .checks import check_in_range, check_int
 from .explorer import (ALPHA_RANGE, LAM_RANGE, N_BINS, N_TOP, POS_RANGE, REFERENCE_TAUS, SOURCES,
                        SYNTHETIC_POSITIVE, TAU_GRID, TAU_RANGE, class_clusters, digit_similarities, entropy_figure,
                        gradient_figure, loss_figure, max_negatives, penalty_figure, playground_losses, similarity_set, sphere_step)
+from .html import package_text, render
 from .losses import loss_spec
 from .metrics import sphere_uniformity_limit, tolerance, uniformity
 
 # %% auto #0
-__all__ = ['EXPLORABLE_KINDS', 'FALLBACK_NOTE', 'EXPLORABLES_JS', 'REPLAY_TAUS', 'TAU_FREE', 'FRAME_SCALE', 'EXPLORABLES_CSS',
-           'EXPLORABLES_PAGE', 'STUDY_RESULTS', 'RANDBIT_RESULTS', 'negative_draws', 'explorer_spec', 'explorable_html',
-           'Explorable', 'replay_run', 'playground_spec', 'explorable_for_widget', 'figure_stepper', 'study_stepper',
-           'plane_stepper', 'randbit_stepper', 'explorables_page']
+__all__ = ['EXPLORABLE_KINDS', 'EXPLORABLES_JS', 'REPLAY_TAUS', 'TAU_FREE', 'FRAME_SCALE', 'EXPLORABLES_CSS', 'EXPLORABLES_PAGE',
+           'STUDY_RESULTS', 'RANDBIT_RESULTS', 'negative_draws', 'explorer_spec', 'explorable_html', 'Explorable',
+           'replay_run', 'playground_spec', 'explorable_for_widget', 'figure_stepper', 'study_stepper', 'plane_stepper',
+           'randbit_stepper', 'explorables_page']
 
 # %% ../nbs/92_static_explorables.ipynb #x009
 def negative_draws(
@@ -104,17 +104,14 @@ def explorer_spec(
 
 # %% ../nbs/92_static_explorables.ipynb #x015
 EXPLORABLE_KINDS = ("temperature-explorer", "hypersphere-replay", "figure-stepper")
-FALLBACK_NOTE = ('<p class="ctl-x-fallback">An explorable of the course\'s static site: on a page of the site its controls '
-                 'move its plots with no kernel. In JupyterLab, lesson 02 has the widget it mirrors.</p>')
 
 def explorable_html(spec: dict) -> str:
-    "The div that the site's assets/explorables.js turns into the explorable `spec`."
+    "The div (template `explorable.html.j2`) that the site's assets/explorables.js turns into the explorable `spec`."
     if not isinstance(spec, dict) or spec.get("kind") not in EXPLORABLE_KINDS:
         raise ValueError(f"spec must be a dict made by explorer_spec, playground_spec or figure_stepper (kind one of {EXPLORABLE_KINDS})")
     text = json.dumps(spec, allow_nan=False, separators=(",", ":"))
     text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-    return (f'<div class="ctl-explorable" data-ctl-explorable="{spec["kind"]}">'
-            f'<script type="application/json">{text}</script>{FALLBACK_NOTE}</div>')
+    return render("explorable.html.j2", kind=spec["kind"], spec_json=text).rstrip("\n")
 
 class Explorable:
     "An explorable made from `spec`; shown in a notebook as its HTML (live on the site's pages)."
@@ -124,414 +121,7 @@ class Explorable:
     def _repr_html_(self) -> str: return explorable_html(self.spec)
 
 # %% ../nbs/92_static_explorables.ipynb #x018
-EXPLORABLES_JS = r"""// The site's explorables, drawn with the local plotly.js and no kernel: the temperature explorer computed in the
-// page from the definitions of lessons 00-02, and the hypersphere playground replayed from runs the library made
-// when the page was built. window.ctlExplorables.init() draws every <div class="ctl-explorable"> of the page.
-(function () {
-  "use strict";
-  var M = {};  // a port of ctl_explore's functions for one anchor; float64, as the library computes them
-
-  M.linspace = function (k) {  // torch.linspace(-1, 1, k) in float64: from both ends towards the middle
-    var out = new Array(k), step = 2 / (k - 1), half = Math.floor(k / 2);
-    for (var i = 0; i < k; i++) out[i] = i < half ? -1 + step * i : 1 - step * (k - 1 - i);
-    return out;
-  };
-  M.nInformative = function (k, alpha) {  // n_informative: ⌈αK⌉, float noise rounded away, in [1, K]
-    return Math.max(1, Math.min(k, Math.ceil(Number((alpha * k).toFixed(9)))));
-  };
-  M.sAlpha = function (neg, alpha) { return neg[neg.length - M.nInformative(neg.length, alpha)]; };  // neg ascending
-  function scaled(neg, tau, alpha) {  // _penalty_logits: s/τ, and -∞ below s_α when alpha is given
-    var cut = alpha == null ? -Infinity : M.sAlpha(neg, alpha), out = new Array(neg.length);
-    for (var i = 0; i < neg.length; i++) out[i] = neg[i] >= cut ? neg[i] / tau : -Infinity;
-    return out;
-  }
-  function logNorm(x) {  // log_softmax(x)[i] = (x[i] - m) - logS, as torch computes it (m the maximum)
-    var m = -Infinity, s = 0, i;
-    for (i = 0; i < x.length; i++) if (x[i] > m) m = x[i];
-    for (i = 0; i < x.length; i++) s += Math.exp(x[i] - m);
-    return {m: m, logS: Math.log(s)};
-  }
-  M.relativePenalty = function (neg, tau, alpha) {  // Eq 5 (Eq 8 with alpha): softmax(s/τ) over the kept negatives
-    var x = scaled(neg, tau, alpha), m = -Infinity, s = 0, i, out = new Array(x.length);
-    for (i = 0; i < x.length; i++) if (x[i] > m) m = x[i];
-    for (i = 0; i < x.length; i++) { out[i] = Math.exp(x[i] - m); s += out[i]; }
-    for (i = 0; i < x.length; i++) out[i] /= s;
-    return out;
-  };
-  M.penaltyEntropy = function (neg, tau, alpha) {  // H(r_i) in nats, 0·log 0 = 0
-    var x = scaled(neg, tau, alpha), n = logNorm(x), h = 0;
-    for (var i = 0; i < x.length; i++) { var lr = (x[i] - n.m) - n.logS, r = Math.exp(lr); if (r > 0) h -= r * lr; }
-    return h;
-  };
-  M.entropyCurve = function (neg, taus, alpha) {  // penaltyEntropy at every τ, the same operations without its copies
-    var cut = alpha == null ? -Infinity : M.sAlpha(neg, alpha), k = neg.length;
-    return taus.map(function (t) {
-      var m = -Infinity, s = 0, h = 0, j, x, lr, r;
-      for (j = 0; j < k; j++) if (neg[j] >= cut) { x = neg[j] / t; if (x > m) m = x; }
-      for (j = 0; j < k; j++) if (neg[j] >= cut) s += Math.exp(neg[j] / t - m);
-      var logS = Math.log(s);
-      for (j = 0; j < k; j++) if (neg[j] >= cut) { lr = (neg[j] / t - m) - logS; r = Math.exp(lr); if (r > 0) h -= r * lr; }
-      return h;
-    });
-  };
-  M.contrastiveLoss = function (pos, neg, tau, alpha) {  // Eq 1 (Eq 9 with alpha): -log softmax([s_ii, s_ij]/τ)[0]
-    var x = scaled(neg, tau, alpha); x.unshift(pos / tau);
-    var n = logNorm(x);
-    return n.logS - (x[0] - n.m);
-  };
-  M.simpleLoss = function (pos, neg, lam) { var s = 0; for (var i = 0; i < neg.length; i++) s += neg[i]; return lam * s - pos; };
-  M.lossCurves = function (pos, neg, taus) {  // loss_curves: Eq 1, Eq 6 (τ→0) and Eq 7 (τ→∞) at every τ
-    var k = neg.length, top = neg[k - 1], out = {loss: [], triplet: [], simple: []};
-    taus.forEach(function (t) {  // the same operations as contrastiveLoss, without its copies of the K negatives
-      var p = pos / t, m = p, s = 0, sn = 0, j, x;
-      for (j = 0; j < k; j++) { x = neg[j] / t; if (x > m) m = x; }
-      s = Math.exp(p - m);
-      for (j = 0; j < k; j++) { x = neg[j] / t; s += Math.exp(x - m); sn += x; }
-      out.loss.push(Math.log(s) - (p - m));
-      out.triplet.push(Math.max(top / t - p, 0));
-      out.simple.push(Math.log(k + 1) - (k * p - sn) / (k + 1));
-    });
-    return out;
-  };
-  M.limitRegimes = function (curves, taus, rtol) {  // limit_regimes: (τ0, τ∞) or null
-    rtol = rtol == null ? 0.05 : rtol;
-    var T = taus.length, close = function (name, i) { return Math.abs(curves[name][i] - curves.loss[i]) <= rtol * curves.loss[i]; };
-    var nTrip = 0, nSimple = 0;
-    while (nTrip < T && close("triplet", nTrip)) nTrip++;
-    while (nSimple < T && close("simple", T - 1 - nSimple)) nSimple++;
-    return [nTrip ? taus[nTrip - 1] : null, nSimple ? taus[T - nSimple] : null];
-  };
-  M.lossGradients = function (pos, neg, tau) {  // Eq 4: ∂L/∂s_ii and ∂L/∂s_ij
-    var x = neg.map(function (s) { return s / tau; }); x.unshift(pos / tau);
-    var m = Math.max.apply(null, [x[0], x[x.length - 1]]), s = 0, i, e = new Array(x.length);
-    for (i = 0; i < x.length; i++) if (x[i] > m) m = x[i];
-    for (i = 0; i < x.length; i++) { e[i] = Math.exp(x[i] - m); s += e[i]; }
-    var dneg = new Array(neg.length), dpos = 0;
-    for (i = 0; i < neg.length; i++) { dneg[i] = e[i + 1] / s / tau; dpos -= dneg[i]; }
-    return {pos: dpos, neg: dneg};
-  };
-  M.histc = function (x, bins, lo, hi) {  // torch.histc
-    var out = new Array(bins).fill(0);
-    for (var i = 0; i < x.length; i++) {
-      if (x[i] < lo || x[i] > hi) continue;
-      out[Math.min(bins - 1, Math.floor((x[i] - lo) * bins / (hi - lo)))] += 1;
-    }
-    return out;
-  };
-
-  function copy(o) { return JSON.parse(JSON.stringify(o)); }
-  function fmt(x, digits) { return Number(x).toPrecision(digits).replace(/(\.\d*?)0+(e|$)/, "$1$2").replace(/\.(e|$)/, "$1"); }
-  function pct(x) { return (100 * x).toFixed(1) + "%"; }
-  function el(tag, attrs, parent, text) {
-    var e = document.createElement(tag);
-    Object.keys(attrs || {}).forEach(function (k) { e.setAttribute(k, attrs[k]); });
-    if (text != null) e.textContent = text;
-    if (parent) parent.appendChild(e);
-    return e;
-  }
-  function figure(spec, name) { var f = copy(spec.figures[name]); f.layout.template = spec.template; return f; }
-
-  // One labelled control: a range (over log10 of the value for log sliders) and a number box that accepts any
-  // value in range, as the widget's editable readout does. onChange gets the new value; a refused value is said.
-  function numberControl(panel, o, onChange, say) {
-    var row = el("label", {"class": "ctl-x-control"}, panel);
-    el("span", {"class": "ctl-x-desc"}, row, o.label);
-    var f = o.log ? Math.log10 : function (v) { return v; }, g = o.log ? function (v) { return Math.pow(10, v); } : f;
-    var range = el("input", {type: "range", min: f(o.min), max: f(o.max), step: o.step, "data-ctl-control": o.name}, row);
-    var box = el("input", {type: "number", min: o.min, max: o.max, step: "any", "data-ctl-box": o.name}, row);
-    range.value = f(o.value); box.value = fmt(o.value, 4);
-    range.addEventListener("input", function () {
-      var v = o.integer ? Math.round(g(+range.value)) : g(+range.value);
-      box.value = fmt(v, 4); onChange(v);
-    });
-    box.addEventListener("change", function () {
-      var v = Number(box.value);
-      if (box.value.trim() === "" || !isFinite(v) || v < o.min || v > o.max || (o.integer && v !== Math.round(v))) {
-        say(o.label + " must be " + (o.integer ? "a whole number" : "a number") + " in [" + o.min + ", " + o.max + "], got " + box.value);
-        return;
-      }
-      range.value = f(v); onChange(v);
-    });
-    return {range: range, box: box, set: function (v, max) {
-      if (max != null) { range.max = f(max); box.max = max; o.max = max; }
-      range.value = f(v); box.value = fmt(v, 4);
-    }};
-  }
-
-  // ---- the temperature explorer ------------------------------------------------------------------------------
-  function TemperatureExplorer(host, spec) {
-    var self = this, s = copy(spec.state);
-    this.host = host; this.spec = spec; this.state = s; this.timings = [];
-    host.ctlState = s; host.ctlTimings = this.timings; host.ctlExplorable = this;
-    var panel = el("div", {"class": "ctl-x-controls"}, host), note = el("div", {"class": "ctl-x-readout"}, host);
-    var grid = el("div", {"class": "ctl-x-figures"}, host);
-    this.readout = note;
-    var say = function (msg) { note.innerHTML = ""; el("p", {"class": "ctl-x-refused"}, note, msg); };
-    var col1 = el("div", {"class": "ctl-x-column"}, panel), col2 = el("div", {"class": "ctl-x-column"}, panel);
-    var r = spec.ranges;
-    this.controls = {
-      tau: numberControl(col1, {name: "tau", label: "τ", log: true, min: r.tau[0], max: r.tau[1], step: 0.01, value: s.tau},
-                         function (v) { s.tau = v; self.request("tau"); }, say),
-      alpha: numberControl(col1, {name: "alpha", label: "α", min: r.alpha[0], max: r.alpha[1], step: 0.01, value: s.alpha},
-                           function (v) { s.alpha = v; self.request("alpha"); }, say),
-      lam: numberControl(col1, {name: "lam", label: "λ", log: true, min: r.lam[0], max: r.lam[1], step: 0.01, value: s.lam},
-                         function (v) { s.lam = v; self.request("lam"); }, say)};
-    var srow = el("label", {"class": "ctl-x-control"}, col2);
-    el("span", {"class": "ctl-x-desc"}, srow, "negatives");
-    var select = el("select", {"data-ctl-control": "source"}, srow);
-    Object.keys(spec.sources).forEach(function (key) {
-      var opt = el("option", {value: key}, select, spec.sources[key].label);
-      if (key === s.source) opt.selected = true;
-    });
-    this.controls.k = numberControl(col2, {name: "k", label: "K", integer: true, min: 2, max: spec.sources[s.source].max_k, step: 1,
-                                           value: s.k}, function (v) { s.k = v; self.request("k"); }, say);
-    this.controls.pos = numberControl(col2, {name: "pos", label: "s_ii", min: r.pos[0], max: r.pos[1], step: 0.01, value: s.pos},
-                                      function (v) { s.pos = v; self.request("pos"); }, say);
-    select.addEventListener("change", function () {  // a new kind of set: K clamped to what it has, s_ii its own
-      s.source = select.value;
-      var src = spec.sources[s.source];
-      s.k = Math.min(s.k, src.max_k); s.pos = src.pos;
-      self.controls.k.set(s.k, src.max_k); self.controls.pos.set(s.pos);
-      self.request("source");
-    });
-    var lrow = el("label", {"class": "ctl-x-control"}, col2), log = el("input", {type: "checkbox", "data-ctl-control": "log_r"}, lrow);
-    el("span", {}, lrow, " log scale for r_i");
-    log.checked = !!s.log_r;
-    log.addEventListener("change", function () { s.log_r = log.checked; self.request("log_r"); });
-    this.figs = {}; this.divs = {};
-    ["penalty", "entropy", "loss", "gradient"].forEach(function (name) {
-      self.figs[name] = figure(spec, name);
-      self.divs[name] = el("div", {"class": "ctl-x-plot", "data-ctl-plot": name}, grid);
-    });
-  }
-  TemperatureExplorer.prototype.negatives = function () {  // similarity_set(source, k, seed): (s_ii of the set, sorted negatives)
-    var s = this.state, src = this.spec.sources[s.source];
-    var neg = s.source === "spread" ? M.linspace(s.k) : src.draws.slice(0, s.k).sort(function (a, b) { return a - b; });
-    return neg;
-  };
-  // A control asks for a redraw; while one is being drawn, later requests are merged into the next, so that a fast
-  // drag draws its latest value instead of queueing every step it passed.
-  TemperatureExplorer.prototype.request = function (what) {
-    var self = this;
-    this.pending = this.pending || {};
-    this.pending[what] = true;
-    if (this.busy) return;
-    this.busy = true;
-    (function next() {
-      var kinds = self.pending; self.pending = null;
-      self.update(kinds).then(function () { if (self.pending) requestAnimationFrame(next); else self.busy = false; },
-                              function (e) { self.busy = false; throw e; });
-    })();
-  };
-  TemperatureExplorer.prototype.update = function (what) {  // what: a kind ("tau", "k", ...) or {kind: true, ...}
-    if (typeof what === "string") { var one = {}; one[what] = true; what = one; }
-    var t0 = performance.now(), s = this.state, spec = this.spec, F = this.figs, taus = spec.tau_grid, self = this;
-    var redoSet = what.init || what.source || what.k;
-    if (redoSet) {
-      this.neg = this.negatives();
-      var neg = this.neg, counts = M.histc(neg, spec.n_bins, -1, 1), centres = [];
-      for (var b = 0; b < spec.n_bins; b++) centres.push((b + 0.5) * 2 / spec.n_bins - 1);
-      spec.reference_taus.forEach(function (t, i) { F.penalty.data[2 + i].x = neg; F.penalty.data[2 + i].y = M.relativePenalty(neg, t); });
-      F.penalty.data[7].x = centres; F.penalty.data[7].y = counts;
-      F.penalty.layout.yaxis2.range = [0, 4 * Math.max.apply(null, counts)];
-      F.entropy.data[0].x = taus; F.entropy.data[0].y = M.entropyCurve(neg, taus);
-      F.entropy.data[4].x = [taus[0], taus[taus.length - 1]]; F.entropy.data[4].y = [Math.log(neg.length), Math.log(neg.length)];
-    }
-    var neg = this.neg;
-    if (redoSet || what.pos) {
-      var c = this.curves = M.lossCurves(s.pos, neg, taus);
-      this.regimes = M.limitRegimes(c, taus);
-      var top = Math.max.apply(null, c.loss), bottom = Math.max(Math.min.apply(null, c.loss), top * 1e-4);
-      var low = taus[0], high = taus[taus.length - 1];
-      ["loss", "triplet", "simple"].forEach(function (name, i) { F.loss.data[i].x = taus; F.loss.data[i].y = c[name]; });
-      F.loss.layout.yaxis.range = [Math.log10(bottom) - 0.1, Math.log10(top) + 0.1];
-      F.loss.layout.shapes[0].x0 = low; F.loss.layout.shapes[0].x1 = this.regimes[0] || low;
-      F.loss.layout.shapes[1].x0 = this.regimes[1] || high; F.loss.layout.shapes[1].x1 = high;
-    }
-    if (redoSet || what.alpha) {
-      this.sAlpha = M.sAlpha(neg, s.alpha); this.nKept = M.nInformative(neg.length, s.alpha);
-      F.penalty.layout.shapes[0].x0 = this.sAlpha;
-      F.entropy.data[1].x = taus; F.entropy.data[1].y = M.entropyCurve(neg, taus, s.alpha);
-      F.entropy.data[5].x = [taus[0], taus[taus.length - 1]]; F.entropy.data[5].y = [Math.log(this.nKept), Math.log(this.nKept)];
-    }
-    F.penalty.data[6].y = [s.lam, s.lam];
-    F.penalty.layout.yaxis.type = s.log_r ? "log" : "linear";
-    // what depends on τ (every update but λ's and the log scale's redraws it: cheap next to plotting)
-    var r = this.r = M.relativePenalty(neg, s.tau), rh = this.rHard = M.relativePenalty(neg, s.tau, s.alpha);
-    F.penalty.data[0].x = neg; F.penalty.data[0].y = r; F.penalty.data[1].x = neg; F.penalty.data[1].y = rh;
-    this.h = M.penaltyEntropy(neg, s.tau); this.hHard = M.penaltyEntropy(neg, s.tau, s.alpha);
-    F.entropy.data[2].x = [s.tau]; F.entropy.data[2].y = [this.h]; F.entropy.data[3].x = [s.tau]; F.entropy.data[3].y = [this.hHard];
-    this.loss = M.contrastiveLoss(s.pos, neg, s.tau);
-    F.loss.data[3].x = [s.tau]; F.loss.data[3].y = [this.loss];
-    var g = M.lossGradients(s.pos, neg, s.tau), k = neg.length, nTop = Math.min(spec.n_top, k), rest = 0;
-    for (var j = 0; j < k - nTop; j++) rest += g.neg[j];
-    var heights = [-g.pos], texts = ["s_ii = " + s.pos.toFixed(3)];
-    for (var rank = 0; rank < spec.n_top; rank++) {
-      heights.push(rank < nTop ? g.neg[k - 1 - rank] : 0);
-      texts.push(rank < nTop ? "s = " + neg[k - 1 - rank].toFixed(3) : "");
-    }
-    heights.push(rest); texts.push((k - nTop) + " negatives");
-    heights.forEach(function (hgt, i) { F.gradient.data[i].y = [hgt]; F.gradient.data[i].hovertext = [texts[i]]; });
-    this.readout.innerHTML = this.readoutHtml();
-    var drawn = ["penalty", "entropy", "loss", "gradient"].map(function (name) {
-      var fig = F[name], div = self.divs[name];
-      fig.layout.datarevision = (fig.layout.datarevision || 0) + 1;
-      return Plotly.react(div, fig.data, fig.layout, {displaylogo: false, responsive: true});
-    });
-    return Promise.all(drawn).then(function () { self.timings.push(performance.now() - t0); s.updates = (s.updates || 0) + 1; });
-  };
-  TemperatureExplorer.prototype.readoutHtml = function () {
-    var s = this.state, neg = this.neg, k = neg.length, r = this.r, rh = this.rHard;
-    var shares = function (x) { return [1, 5, 10].filter(function (n) { return n <= k; }).map(function (n) {
-      var t = 0; for (var i = k - n; i < k; i++) t += x[i]; return pct(t); }).join(" / "); };
-    var hard = M.contrastiveLoss(s.pos, neg, s.tau, s.alpha), simple = M.simpleLoss(s.pos, neg, s.lam), reg = this.regimes;
-    var regimes = (reg[0] ? "Eq 6 within 5% for τ ≤ " + fmt(reg[0], 3) : "Eq 6 never within 5%") + "; " +
-                  (reg[1] ? "Eq 7 within 5% for τ ≥ " + fmt(reg[1], 3) : "Eq 7 never within 5%");
-    return "<b>τ = " + fmt(s.tau, 3) + "</b>, <b>α = " + s.alpha.toFixed(2) + "</b>: the hard loss keeps the " + this.nKept +
-      " nearest of K = " + k + " negatives (s ≥ s_α = " + this.sAlpha.toFixed(3) + "); λ = " + fmt(s.lam, 2) +
-      " (λK = " + fmt(s.lam * k, 2) + "); s_ii = " + s.pos.toFixed(2) + "<br><b>H(r_i)</b> = " + this.h.toFixed(3) +
-      " nats of at most log K = " + Math.log(k).toFixed(3) + "; hard: " + this.hHard.toFixed(3) + " of log " + this.nKept + " = " +
-      Math.log(this.nKept).toFixed(3) + "<br><b>share of the push on the nearest 1 / 5 / 10 negatives</b>: " + shares(r) +
-      " (hard: " + shares(rh) + ")<br><b>loss</b> (Eq 1) = " + fmt(this.loss, 4) + "; hard (Eq 9) = " + fmt(hard, 4) +
-      "; simple (Eq 3, λ) = " + fmt(simple, 4) + "; " + regimes;
-  };
-
-  // ---- the hypersphere playground, replayed ------------------------------------------------------------------
-  function decode(b64, scale) {  // little-endian int16 → float64 / scale
-    var bytes = atob(b64), n = bytes.length / 2, out = new Float64Array(n);
-    for (var i = 0; i < n; i++) {
-      var v = bytes.charCodeAt(2 * i) | (bytes.charCodeAt(2 * i + 1) << 8);
-      out[i] = (v >= 32768 ? v - 65536 : v) / scale;
-    }
-    return out;
-  }
-  function Replay(host, spec) {
-    var self = this, s = copy(spec.state);
-    this.host = host; this.spec = spec; this.state = s; this.timer = null; this.decoded = {};
-    host.ctlState = s; host.ctlExplorable = this; host.ctlShownSteps = [];  // every step drawn, in order
-    var panel = el("div", {"class": "ctl-x-controls"}, host);
-    var row = el("label", {"class": "ctl-x-control"}, panel);
-    el("span", {"class": "ctl-x-desc"}, row, "loss");
-    this.lossSelect = el("select", {"data-ctl-control": "loss"}, row);
-    spec.losses.forEach(function (key) {
-      var o = el("option", {value: key}, self.lossSelect, spec.loss_labels[key]); if (key === s.loss) o.selected = true;
-    });
-    var trow = el("div", {"class": "ctl-x-control ctl-x-taus"}, panel);
-    el("span", {"class": "ctl-x-desc"}, trow, "τ");
-    this.tauButtons = spec.taus.map(function (t) {
-      var b = el("button", {type: "button", "data-ctl-tau": String(t)}, trow, String(t));
-      b.addEventListener("click", function () { s.tau = t; self.show(); });
-      return b;
-    });
-    var prow = el("div", {"class": "ctl-x-control"}, panel);
-    this.play = el("button", {type: "button", "data-ctl-control": "play"}, prow, "▶ play");
-    this.scrub = el("input", {type: "range", min: 0, max: spec.frame_steps.length - 1, step: 1, "data-ctl-control": "frame"}, prow);
-    this.scrub.value = s.frame;
-    this.stepLabel = el("span", {"class": "ctl-x-value"}, prow);
-    this.readout = el("div", {"class": "ctl-x-readout"}, host);
-    var grid = el("div", {"class": "ctl-x-figures"}, host);
-    this.lossSelect.addEventListener("change", function () { s.loss = self.lossSelect.value; self.show(); });
-    this.scrub.addEventListener("input", function () { self.stop(); s.frame = +self.scrub.value; self.show(); });
-    this.play.addEventListener("click", function () { self.timer ? self.stop() : self.start(); });
-    this.figs = {sphere: figure(spec, "sphere"), history: figure(spec, "history")};
-    this.divs = {sphere: el("div", {"class": "ctl-x-plot", "data-ctl-plot": "sphere"}, grid),
-                 history: el("div", {"class": "ctl-x-plot", "data-ctl-plot": "history"}, grid)};
-  }
-  Replay.prototype.run = function () {
-    var s = this.state, spec = this.spec, tauFree = spec.tau_free.indexOf(s.loss) >= 0;
-    return spec.runs.filter(function (r) { return r.loss === s.loss && (tauFree || r.tau === s.tau); })[0];
-  };
-  Replay.prototype.positions = function (run) {
-    if (!this.decoded[run.key]) this.decoded[run.key] = decode(run.frames, this.spec.scale);
-    return this.decoded[run.key];
-  };
-  Replay.prototype.start = function () {
-    var self = this, s = this.state, last = this.spec.frame_steps.length - 1;
-    if (s.frame >= last) s.frame = 0;
-    s.playing = true; this.play.textContent = "❚❚ pause";
-    this.timer = setInterval(function () {
-      if (s.frame >= last) { self.stop(); return; }
-      s.frame += 1; self.scrub.value = s.frame; self.show();
-    }, this.spec.frame_ms);
-    this.show();
-  };
-  Replay.prototype.stop = function () {
-    if (this.timer) clearInterval(this.timer);
-    this.timer = null; this.state.playing = false; this.play.textContent = "▶ play";
-  };
-  Replay.prototype.show = function () {
-    var s = this.state, spec = this.spec, run = this.run(), F = this.figs, self = this, tauFree = spec.tau_free.indexOf(s.loss) >= 0;
-    this.tauButtons.forEach(function (b, i) {
-      b.disabled = tauFree; b.classList.toggle("ctl-x-on", !tauFree && spec.taus[i] === s.tau);
-    });
-    var n = spec.labels.length, xyz = this.positions(run), base = s.frame * n * 3, step = spec.frame_steps[s.frame];
-    s.step = step; s.run = run.key; this.host.ctlShownSteps.push(step);
-    for (var c = 0; c < spec.n_classes; c++) { F.sphere.data[c].x = []; F.sphere.data[c].y = []; F.sphere.data[c].z = []; }
-    for (var i = 0; i < n; i++) {
-      var t = F.sphere.data[spec.labels[i]];
-      t.x.push(xyz[base + 3 * i]); t.y.push(xyz[base + 3 * i + 1]); t.z.push(xyz[base + 3 * i + 2]);
-    }
-    var steps = []; for (var j = 0; j <= step; j++) steps.push(j);
-    F.history.data[0].x = steps; F.history.data[0].y = run.uniformity.slice(0, step + 1);
-    F.history.data[1].x = steps; F.history.data[1].y = run.tolerance.slice(0, step + 1);
-    F.history.layout.xaxis.range = [0, spec.frame_steps[spec.frame_steps.length - 1]];
-    F.history.layout.yaxis.range = spec.uniformity_range; F.history.layout.yaxis2.range = spec.tolerance_range;
-    this.stepLabel.textContent = "step " + step + " of " + spec.frame_steps[spec.frame_steps.length - 1];
-    var u = run.uniformity[step], tol = run.tolerance[step];
-    this.readout.innerHTML = "<b>" + spec.loss_labels[s.loss] + "</b>" + (tauFree ? "" : ", <b>τ = " + s.tau + "</b>") +
-      " · step <b>" + step + "</b> · <b>uniformity</b> −L_u = " + u.toFixed(3) + " (uniform on S²: " + spec.uniform_limit.toFixed(3) +
-      ") · <b>tolerance</b> = " + tol.toFixed(3) + " (start: " + run.tolerance[0].toFixed(3) + ")";
-    return Promise.all(["sphere", "history"].map(function (name) {
-      F[name].layout.datarevision = (F[name].layout.datarevision || 0) + 1;
-      return Plotly.react(self.divs[name], F[name].data, F[name].layout, {displaylogo: false, responsive: true});
-    })).then(function () { s.shown = (s.shown || 0) + 1; });
-  };
-
-  // ---- a stepper: figures the library drew for every combination of a few discrete controls ---------------------
-  function Stepper(host, spec) {
-    var self = this, s = {choice: spec.controls.map(function (c) { return c.index; })};
-    this.host = host; this.spec = spec; this.state = s;
-    host.ctlState = s; host.ctlExplorable = this;
-    var panel = el("div", {"class": "ctl-x-controls"}, host);
-    this.selects = spec.controls.map(function (c, i) {
-      var row = el("label", {"class": "ctl-x-control"}, panel);
-      el("span", {"class": "ctl-x-desc"}, row, c.label);
-      var select = el("select", {"data-ctl-control": c.name}, row);
-      c.options.forEach(function (label, j) { var o = el("option", {value: String(j)}, select, label); if (j === c.index) o.selected = true; });
-      select.addEventListener("change", function () { s.choice[i] = +select.value; self.show(); });
-      return select;
-    });
-    this.note = el("div", {"class": "ctl-x-readout"}, host);
-    var grid = el("div", {"class": "ctl-x-figures ctl-x-wide"}, host);
-    this.divs = spec.figure_names.map(function (name) { return el("div", {"class": "ctl-x-plot", "data-ctl-plot": name}, grid); });
-  }
-  Stepper.prototype.show = function () {
-    var self = this, s = this.state, key = s.choice.join("-"), shown = this.spec.states[key];
-    s.key = key;
-    this.note.innerHTML = shown.note || "";
-    return Promise.all(shown.figures.map(function (f, i) {
-      var fig = copy(f); fig.layout.template = self.spec.template;
-      return Plotly.react(self.divs[i], fig.data, fig.layout, {displaylogo: false, responsive: true});
-    })).then(function () { s.shown = (s.shown || 0) + 1; });
-  };
-
-  var kinds = {"figure-stepper": function (host, spec) { return new Stepper(host, spec).show(); },
-               "temperature-explorer": function (host, spec) { var x = new TemperatureExplorer(host, spec); return x.update("init"); },
-               "hypersphere-replay": function (host, spec) { return new Replay(host, spec).show(); }};
-  window.ctlExplorables = {
-    math: M,
-    init: function () {
-      return Promise.all(Array.prototype.map.call(document.querySelectorAll("div.ctl-explorable"), function (host) {
-        var spec = JSON.parse(host.querySelector("script[type='application/json']").textContent);
-        var fallback = host.querySelector(".ctl-x-fallback");
-        if (fallback) fallback.remove();
-        if (!kinds[spec.kind]) throw new Error("unknown explorable: " + spec.kind);
-        return kinds[spec.kind](host, spec);
-      }));
-    }
-  };
-})();
-"""
+EXPLORABLES_JS = package_text("explorables.js")  # ctl_explore/templates/explorables.js
 
 # %% ../nbs/92_static_explorables.ipynb #x022
 from .explorer import _one_thread  # torch on one thread, as lesson 02's widgets run (the same sums as `simulate`'s)
@@ -625,7 +215,7 @@ def _replays(loss, tau, alpha, lam, lr, sigma, seed, n_classes, per_class, sprea
     return dict(kind="hypersphere-replay", state=dict(loss=loss, tau=tau if _takes_tau(loss) else taus[0], frame=0),
                 losses=list(menu), loss_labels=menu, taus=list(taus), tau_free=[l for l in menu if not _takes_tau(l)],
                 frame_steps=run["frame_steps"], labels=run["labels"].tolist(), n_classes=n_classes, scale=FRAME_SCALE,
-                uniformity_range=_padded([u for r in runs for u in r["uniformity"]]),
+                uniformity_range=_padded([u for r in runs for u in r["uniformity"]] + [sphere_uniformity_limit(3)]),  # the limit's line shows
                 tolerance_range=_padded([v for r in runs for v in r["tolerance"]]),
                 uniform_limit=sphere_uniformity_limit(3), frame_ms=150, runs=runs,
                 settings=dict(alpha=alpha, lam=lam, lr=lr, sigma=sigma, seed=seed, steps=steps, every=every, **cluster),
@@ -689,12 +279,12 @@ def study_stepper(rows: list[dict]) -> dict:
     def draw(loss, tau):
         cell = [r for r in rows if r["loss"] == loss and (not _takes_tau(loss) or r["tau"] == tau)]
         label = loss_spec(loss).label + (f", τ = {tau:g}" if _takes_tau(loss) else "")
-        if not cell: return [go.Figure(), go.Figure()], f"<b>{label}</b>: no run in this study"
+        note = lambda **numbers: render("study-note.html.j2", label=label, **numbers).strip()
+        if not cell: return [go.Figure(), go.Figure()], note(n=0)
         mean = lambda key: sum(r[key] for r in cell) / len(cell)
         spread = lambda key: max(r[key] for r in cell) - min(r[key] for r in cell)
-        note = (f"<b>{label}</b>: {len(cell)} runs; linear accuracy {mean('linear_top1'):.3f} (seeds within {spread('linear_top1'):.3f}), "
-                f"uniformity {mean('uniformity'):.3f}, tolerance {mean('tolerance'):.3f}"
-                + ("" if _takes_tau(loss) else " (this loss has no τ: the same runs at every τ)"))
+        note = note(n=len(cell), accuracy=mean("linear_top1"), spread=spread("linear_top1"), uniformity=mean("uniformity"),
+                    tolerance=mean("tolerance"), tau_free=not _takes_tau(loss))
         return [trajectory_figure(cell), _profile_figure(cell, "[WL21] Fig 8: the positive, then the 10 nearest negatives")], note
     index = taus.index(0.2) if 0.2 in taus else 0
     return figure_stepper({"loss": ("loss", [(loss_spec(l).label, l) for l in losses], 0),
@@ -724,21 +314,7 @@ def randbit_stepper(rows: list[dict]) -> dict:
     return figure_stepper({"tau": ("τ", [(f"{t:g}", t) for t in taus], 0)}, draw, ("randbit",))
 
 # %% ../nbs/92_static_explorables.ipynb #x039
-EXPLORABLES_CSS = """
-.ctl-explorable { margin: 0.4em 0; }
-.ctl-x-controls { display: flex; flex-wrap: wrap; gap: 0.3em 2.5em; margin: 0.3em 0; }
-.ctl-x-column { display: flex; flex-direction: column; gap: 0.3em; }
-.ctl-x-control { display: flex; align-items: center; gap: 0.5em; font-size: 13px; }
-.ctl-x-desc { min-width: 4.5em; text-align: right; }
-.ctl-x-control input[type=range] { width: 220px; }
-.ctl-x-control input[type=number] { width: 6.5em; }
-.ctl-x-readout { font-size: 13px; line-height: 1.5; margin: 0.4em 0; min-height: 3em; }
-.ctl-x-refused { color: #b00020; }
-.ctl-x-figures { display: grid; grid-template-columns: repeat(auto-fill, minmax(460px, 1fr)); gap: 0.5em; }
-.ctl-x-figures.ctl-x-wide { grid-template-columns: 1fr; }
-.ctl-x-taus button.ctl-x-on { font-weight: bold; background: #dbe8f6; }
-.ctl-x-fallback { font-style: italic; color: #555; }
-"""
+EXPLORABLES_CSS = package_text("explorables.css")  # ctl_explore/templates/explorables.css
 
 EXPLORABLES_PAGE = "explorables.html"
 
@@ -746,33 +322,25 @@ STUDY_RESULTS = "study-digits/results.json"         # lesson 09's shipped study,
 RANDBIT_RESULTS = "suppression/randbit-digits.json" # lesson 12's shipped RandBit grid, under data/
 
 @lru_cache(maxsize=4)
-def _sections(data_dir: str, stamps: tuple) -> str:
+def _sections(data_dir: str, stamps: tuple) -> dict:
     return _results_sections(data_dir, cached=False)
 
-def _results_sections(data_dir, cached: bool = True) -> str:
-    "The page's sections for lessons 09 and 12's shipped results found in `data_dir` ('' for those missing; cached while the files are unchanged)."
+def _results_sections(data_dir, cached: bool = True) -> dict:
+    "What the page shows of lessons 09 and 12's shipped results found in `data_dir`: {'study': ..., 'randbit': ...}, each only when found (cached while the files are unchanged)."
     from pathlib import Path
-    if data_dir is None: return ""
+    if data_dir is None: return {}
     if cached:
         files = [Path(data_dir) / f for f in (STUDY_RESULTS, RANDBIT_RESULTS)]
         return _sections(str(Path(data_dir).resolve()), tuple(f.stat().st_mtime_ns if f.is_file() else None for f in files))
-    parts, data_dir = [], Path(data_dir)
+    data_dir, found = Path(data_dir), {}
     if (data_dir / STUDY_RESULTS).is_file():
         rows = json.loads((data_dir / STUDY_RESULTS).read_text())
-        parts.append(f"""<h2 id="study">Lesson 09's study, one loss and τ at a time</h2>
-<p>The {len(rows)} runs shipped with the course (<code>data/{STUDY_RESULTS}</code>): pick a loss and a temperature to see
-that cell's runs alone, how they converged and the similarity profile they ended with ([WL21] Fig 8).</p>
-{explorable_html(study_stepper(rows))}
-<h2 id="plane">Lesson 10's uniformity–tolerance plane, for the same study</h2>
-<p>One point per run, labelled by its τ: show one loss, or one seed, to see where each lies.</p>
-{explorable_html(plane_stepper(rows))}""")
+        found["study"] = dict(n=len(rows), path=STUDY_RESULTS, stepper=explorable_html(study_stepper(rows)),
+                              plane=explorable_html(plane_stepper(rows)))
     if (data_dir / RANDBIT_RESULTS).is_file():
         rows = json.loads((data_dir / RANDBIT_RESULTS).read_text())["rows"]
-        parts.append(f"""<h2 id="randbit">Lesson 12's RandBit grid, one τ at a time</h2>
-<p>The {len(rows)} runs shipped with the course (<code>data/{RANDBIT_RESULTS}</code>), drawn as lesson 12 draws them,
-with [CLL20]'s MNIST reference.</p>
-{explorable_html(randbit_stepper(rows))}""")
-    return "\n".join(parts)
+        found["randbit"] = dict(n=len(rows), path=RANDBIT_RESULTS, stepper=explorable_html(randbit_stepper(rows)))
+    return found
 
 def explorables_page(
     nav: str = "",             # the site's navigation bar (HTML), shown above and below
@@ -782,25 +350,7 @@ def explorables_page(
 ) -> str:
     "The site's page with the explorables on their own: a complete HTML document that loads the site's assets."
     explorer, playground = explorer or explorer_spec(), playground or playground_spec()
-    body = f"""<h1>Explorables: the temperature explorer and the hypersphere playground</h1>
-<p>Lesson 02's two widgets, working in this page with no Python behind them. The explorer computes everything it
-plots in the page, with the formulas of lessons 00–02 ported to JavaScript (see appendix 92): drag τ, α, λ, K or
-s<sub>i,i</sub>, or change the set of negatives. The playground replays runs that the library made when this page was
-built: play them, scrub the step, switch τ or the loss.</p>
-<h2 id="temperature-explorer">The temperature explorer ([WL21] Fig 3, Eq 4–9)</h2>
-{explorable_html(explorer)}
-<h2 id="hypersphere-playground">The hypersphere playground, replayed ([WL21] Section 4)</h2>
-<p>{playground["settings"]["n_classes"] * playground["settings"]["per_class"]} points of
-{playground["settings"]["n_classes"]} classes, {playground["settings"]["steps"]} steps from the same clusters with the
-same augmentations for every run; the points are shown every {playground["settings"]["every"]} steps.</p>
-{explorable_html(playground)}
-{_results_sections(data_dir)}"""
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>Explorables · ctl_explore</title>
-<script src="assets/plotly.min.js"></script><script src="assets/site.js"></script><script src="assets/explorables.js"></script>
-<link rel="stylesheet" href="assets/site.css"></head>
-<body class="jp-Notebook ctl-page">{nav}
-<main>{body}</main>
-{nav}</body></html>
-"""
+    found = _results_sections(data_dir)
+    return render("explorables.html.j2", title="Explorables", nav=nav, math=False, explorer=explorable_html(explorer),
+                  playground=explorable_html(playground), settings=playground["settings"],
+                  study=found.get("study"), randbit=found.get("randbit"))

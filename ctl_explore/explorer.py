@@ -29,9 +29,9 @@ from .metrics import sphere_uniformity_limit, tolerance, uniformity
 __all__ = ['TAU_RANGE', 'ALPHA_RANGE', 'LAM_RANGE', 'POS_RANGE', 'MAX_K', 'SOURCES', 'SYNTHETIC_POSITIVE', 'TAU_GRID',
            'REFERENCE_TAUS', 'N_BINS', 'N_TOP', 'PLAYGROUND_PARAMS', 'LOSSES', 'max_negatives', 'digit_similarities',
            'similarity_set', 'entropy_curve', 'loss_curves', 'limit_regimes', 'penalty_figure', 'entropy_figure',
-           'loss_figure', 'gradient_figure', 'update_figure', 'TemperatureExplorer', 'temperature_explorer',
-           'class_clusters', 'playground_losses', 'sphere_loss', 'sphere_step', 'simulate', 'HyperspherePlayground',
-           'hypersphere_playground']
+           'loss_figure', 'regime_labels', 'gradient_figure', 'update_figure', 'batched', 'TemperatureExplorer',
+           'temperature_explorer', 'class_clusters', 'playground_losses', 'sphere_loss', 'sphere_step', 'simulate',
+           'HyperspherePlayground', 'hypersphere_playground']
 
 # %% ../nbs/17_explorer_machinery.ipynb #030e6dd2
 TAU_RANGE = (0.01, 10.0)    # temperature τ
@@ -163,6 +163,8 @@ def penalty_figure() -> go.Figure:
     fig.add_bar(name="negatives", x=_BIN_CENTRES.numpy(), yaxis="y2", width=2 / N_BINS, marker_color=_GREY, opacity=0.25,
                 hovertemplate="%{y} negatives near s = %{x:.2f}<extra></extra>")
     fig.add_vrect(x0=0, x1=1, fillcolor="orange", opacity=0.12, line_width=0, layer="below")  # shapes[0]: [s_α, 1]
+    fig.add_annotation(x=0, y=1, yref="paper", text="s_α: the hard loss keeps s ≥ s_α", showarrow=False, xanchor="left",
+                       yanchor="top", font=dict(size=11, color="#a05a00"))  # annotations[0]: follows s_α
     fig.update_layout(title="Where the push lands: r_i(s) ([WL21] Fig 3)", height=430, margin=dict(b=95),
                       xaxis=dict(title="similarity s of a negative", range=[-1.02, 1.02]), yaxis=dict(title="relative penalty r_i(s)"),
                       yaxis2=dict(overlaying="y", side="right", showgrid=False, showticklabels=False, rangemode="tozero"),
@@ -184,17 +186,26 @@ def entropy_figure() -> go.Figure:
     return fig
 
 def loss_figure() -> go.Figure:
-    "The loss against τ, empty: Eq 1 (trace 0), Eq 6 (1), Eq 7 (2), marker at the current τ (3); shapes: the two limits' regimes."
+    "The loss against τ, empty: Eq 1 (trace 0), Eq 6 (1), Eq 7 (2), marker at the current τ (3); shapes and annotations: the two limits' regimes."
+    trip, simple = loss_spec("triplet_limit").color, loss_spec("simple_limit").color  # the registry's colours, read now
     fig = go.Figure(layout=_FIG_LAYOUT)
     fig.add_scatter(name="loss (Eq 1)", mode="lines", line=dict(color="black", width=3))
-    fig.add_scatter(name="triplet limit, τ→0 (Eq 6)", mode="lines", line=dict(color="#9467bd", width=2, dash="dash"))
-    fig.add_scatter(name="simple limit, τ→∞ (Eq 7)", mode="lines", line=dict(color="#2ca02c", width=2, dash="dash"))
+    fig.add_scatter(name="triplet limit, τ→0 (Eq 6)", mode="lines", line=dict(color=trip, width=2, dash="dash"))
+    fig.add_scatter(name="simple limit, τ→∞ (Eq 7)", mode="lines", line=dict(color=simple, width=2, dash="dash"))
     fig.add_scatter(mode="markers", marker=dict(color="black", size=11, line=dict(color="white", width=1.5)), showlegend=False)
-    for color in ("#9467bd", "#2ca02c"):  # shapes[0], shapes[1]: where Eq 6, Eq 7 are within 5% of the loss
+    for color, text in ((trip, "Eq 6 within 5%"), (simple, "Eq 7 within 5%")):  # shapes[0], [1]; annotations[0], [1]
         fig.add_vrect(x0=1e-3, x1=1e-3, fillcolor=color, opacity=0.1, line_width=0, layer="below")
+        fig.add_annotation(x=-3, y=0.02, yref="paper", text=text, showarrow=False, visible=False, yanchor="bottom",
+                           font=dict(size=11, color=color))  # x in log10(τ): the axis is logarithmic
     fig.update_layout(title="The loss and its two limits", xaxis=dict(type="log", title="temperature τ"),
                       yaxis=dict(type="log", title="loss", dtick=1), legend=dict(x=0.99, xanchor="right", y=0.99))
     return fig
+
+def regime_labels(regimes: tuple, low: float, high: float) -> dict:
+    "Layout edits that place the loss figure's two regime labels in the middle (on the log τ axis) of their shaded bands."
+    (tau_trip, tau_simple), mid = regimes, lambda a, b: (math.log10(a) + math.log10(b)) / 2
+    return {"annotations[0].x": mid(low, tau_trip or low), "annotations[0].visible": bool(tau_trip),
+            "annotations[1].x": mid(tau_simple or high, high), "annotations[1].visible": bool(tau_simple)}
 
 # %% ../nbs/17_explorer_machinery.ipynb #20582b78
 N_TOP = 5  # negatives shown one by one in the gradient plot
@@ -212,17 +223,41 @@ def gradient_figure() -> go.Figure:
     return fig
 
 # %% ../nbs/17_explorer_machinery.ipynb #bfc1e323
+_BATCH: dict | None = None  # while a `batched()` block runs: id(fig) → (fig, {trace: {property: value}}, {layout path: value})
+
+def _send(fig: go.FigureWidget, traces: dict[int, dict], layout: dict) -> None:
+    indexes = sorted(traces)
+    props = sorted({p for edits in traces.values() for p in edits})
+    current = lambda i, p: traces[i][p] if p in traces[i] else fig.data[i][p]  # unlisted: what the trace holds now
+    restyle = {p: [current(i, p) for i in indexes] for p in props}
+    fig.plotly_update(restyle, layout, indexes)
+
 def update_figure(
     fig: go.FigureWidget,         # the figure to update in place
     traces: dict[int, dict],      # trace index → {property: value}; every trace must list the same properties
     layout: dict | None = None,   # layout edits, e.g. {"shapes[0].x0": 0.5}
 ) -> None:
-    "Send `fig` one update message that gives every listed trace a value for every listed property."
+    "Send `fig` one update message that gives every listed trace a value for every listed property (inside `batched()`: collect it)."
     props = {frozenset(edits) for edits in traces.values()}
     if len(props) > 1: raise ValueError(f"every trace must set the same properties, got {sorted(sorted(p) for p in props)}")
-    indexes = sorted(traces)
-    restyle = {prop: [traces[i][prop] for i in indexes] for prop in sorted(next(iter(props)))} if traces else {}
-    fig.plotly_update(restyle, layout or {}, indexes)
+    if _BATCH is None: return _send(fig, traces, dict(layout or {}))
+    _, pending, relayout = _BATCH.setdefault(id(fig), (fig, {}, {}))
+    for i, edits in traces.items(): pending.setdefault(i, {}).update(edits)
+    relayout.update(layout or {})
+
+@contextmanager
+def batched():
+    "Collect every `update_figure` inside the block; at its end send each figure it touched one message (nested blocks join the outer one)."
+    global _BATCH
+    if _BATCH is not None:
+        yield
+        return
+    _BATCH = {}
+    try: yield
+    finally:
+        pending, _BATCH = _BATCH, None
+        for fig, traces, layout in pending.values():
+            if traces or layout: _send(fig, traces, layout)
 
 # %% ../nbs/17_explorer_machinery.ipynb #395abc4e
 @contextmanager
@@ -269,7 +304,7 @@ class TemperatureExplorer(widgets.VBox):
         super().__init__([controls, self.readout, figures])
         self.add_class("ctl-temperature-explorer")
         self.tau_slider.add_class("ctl-tau-slider")
-        with _one_thread(): self._load_negatives()
+        with _one_thread(), batched(): self._load_negatives()
         for widget, update in [(self.tau_slider, self._update_tau), (self.alpha_slider, self._update_alpha),
                                (self.lam_slider, self._update_lam), (self.pos_slider, self._update_pos),
                                (self.k_slider, self._load_negatives), (self.source_dropdown, self._change_source),
@@ -282,9 +317,9 @@ class TemperatureExplorer(widgets.VBox):
     pos = property(lambda self: self.pos_slider.value, doc="The current positive similarity s_ii.")
 
     def _on_change(self, update):
-        "Run `update` for a changed control, unless the change came from another control's update."
+        "Run `update` for a changed control (unless the change came from another control's update): one message per figure it changes."
         if self._quiet_depth: return
-        with _one_thread(): update()
+        with _one_thread(), batched(): update()
 
     @contextmanager
     def _quiet(self):
@@ -317,7 +352,7 @@ def _load_negatives(self: TemperatureExplorer, reset_pos: bool = False):
                                      4: dict(x=TAU_GRID[[0, -1]].numpy(), y=[math.log(len(x))] * 2)})
     self._update_loss_curves()
     self._update_lam(readout=False)
-    self._update_alpha()
+    self._update_alpha(loss=True)
 
 # %% ../nbs/17_explorer_machinery.ipynb #d728dadc
 @patch
@@ -331,23 +366,25 @@ def _update_loss_curves(self: TemperatureExplorer):
     update_figure(self.fig_loss, {i: dict(x=TAU_GRID.numpy(), y=self._curves[name].numpy())
                                   for i, name in enumerate(("loss", "triplet", "simple"))},
                   {"yaxis.range": [math.log10(bottom) - 0.1, math.log10(top) + 0.1],
-                   "shapes[0].x0": low, "shapes[0].x1": tau_trip or low, "shapes[1].x0": tau_simple or high, "shapes[1].x1": high})
+                   "shapes[0].x0": low, "shapes[0].x1": tau_trip or low, "shapes[1].x0": tau_simple or high, "shapes[1].x1": high,
+                   **regime_labels(self._regimes, low, high)})
 
 @patch
 def _update_pos(self: TemperatureExplorer):
+    "s_ii moves the loss curves, the loss at τ and the gradient bars; r_i and H(r_i) do not depend on it."
     self._update_loss_curves()
-    self._update_tau()
+    self._update_tau(penalty=False)
 
 @patch
-def _update_alpha(self: TemperatureExplorer):
+def _update_alpha(self: TemperatureExplorer, loss: bool = False):
     "Redraw the informative interval [s_α, 1] and the hard entropy curve, then everything that depends on τ."
     keep = informative_mask(self.neg[None], self.alpha)[0]
     self._s_alpha, self._n_kept = self.neg[keep].min().item(), int(keep.sum())
     self._hard_entropy = entropy_curve(self.neg, alpha=self.alpha)
-    update_figure(self.fig_penalty, {}, {"shapes[0].x0": self._s_alpha})
+    update_figure(self.fig_penalty, {}, {"shapes[0].x0": self._s_alpha, "annotations[0].x": self._s_alpha})
     update_figure(self.fig_entropy, {1: dict(x=TAU_GRID.numpy(), y=self._hard_entropy.numpy()),
                                      5: dict(x=TAU_GRID[[0, -1]].numpy(), y=[math.log(self._n_kept)] * 2)})
-    self._update_tau()
+    self._update_tau(loss=loss)  # α moves neither the loss of Eq 1 nor its gradients
 
 @patch
 def _update_lam(self: TemperatureExplorer, readout: bool = True):
@@ -360,8 +397,8 @@ def _update_log_r(self: TemperatureExplorer):
 
 # %% ../nbs/17_explorer_machinery.ipynb #e93ef540
 @patch
-def _update_tau(self: TemperatureExplorer):
-    "Redraw everything that depends on τ: r_i, the markers, the gradient bars and the readout."
+def _update_tau(self: TemperatureExplorer, penalty: bool = True, loss: bool = True):
+    "Redraw everything that depends on τ: r_i, the markers, the gradient bars and the readout (`penalty=False`: not r_i and H(r_i); `loss=False`: not the loss marker and the bars, which α does not move)."
     tau, row = self.tau, self.neg[None]
     pos = torch.tensor([self.pos], dtype=row.dtype)
     self.r = relative_penalty(row, tau)[0]
@@ -371,14 +408,16 @@ def _update_tau(self: TemperatureExplorer):
     dpos, dneg = loss_gradients(pos, row, tau)
     n_top = min(N_TOP, len(self.neg))
     top = dneg[0, -n_top:].flip(0)  # the negatives are sorted ascending: the nearest are last
-    update_figure(self.fig_penalty, {0: dict(y=self.r.numpy(), meta={"tau": tau}),
-                                     1: dict(y=self.r_hard.numpy(), meta={"tau": tau, "alpha": self.alpha})})
-    update_figure(self.fig_entropy, {2: dict(x=[tau], y=[self.h]), 3: dict(x=[tau], y=[self.h_hard])})
-    update_figure(self.fig_loss, {3: dict(x=[tau], y=[self.loss])})
-    heights = [-dpos.item()] + [top[rank].item() if rank < n_top else 0.0 for rank in range(N_TOP)] + [dneg[0, :-n_top].sum().item()]
-    texts = [f"s_ii = {self.pos:.3f}"] + [f"s = {self.neg[-1 - rank]:.3f}" if rank < n_top else "" for rank in range(N_TOP)]
-    texts.append(f"{len(self.neg) - n_top} negatives")
-    update_figure(self.fig_grad, {i: dict(y=[height], hovertext=[text]) for i, (height, text) in enumerate(zip(heights, texts))})
+    if penalty:
+        update_figure(self.fig_penalty, {0: dict(y=self.r.numpy(), meta={"tau": tau}),
+                                         1: dict(y=self.r_hard.numpy(), meta={"tau": tau, "alpha": self.alpha})})
+        update_figure(self.fig_entropy, {2: dict(x=[tau], y=[self.h]), 3: dict(x=[tau], y=[self.h_hard])})
+    if loss:
+        update_figure(self.fig_loss, {3: dict(x=[tau], y=[self.loss])})
+        heights = [-dpos.item()] + [top[rank].item() if rank < n_top else 0.0 for rank in range(N_TOP)] + [dneg[0, :-n_top].sum().item()]
+        texts = [f"s_ii = {self.pos:.3f}"] + [f"s = {self.neg[-1 - rank]:.3f}" if rank < n_top else "" for rank in range(N_TOP)]
+        texts.append(f"{len(self.neg) - n_top} negatives")
+        update_figure(self.fig_grad, {i: dict(y=[height], hovertext=[text]) for i, (height, text) in enumerate(zip(heights, texts))})
     self.readout.value = self._readout_html()
 
 # %% ../nbs/17_explorer_machinery.ipynb #7ae33a46
@@ -524,12 +563,16 @@ def _sphere_figure(n_classes: int) -> go.Figure:
     return fig
 
 def _history_figure() -> go.Figure:
-    "Uniformity (trace 0, left axis) and tolerance (trace 1, right axis) against the step, empty."
+    "Uniformity (trace 0, left axis) and tolerance (trace 1, right axis) against the step, empty; the uniform limit as a labelled line."
     fig = go.Figure(layout=dict(width=440, height=400, margin=dict(l=55, r=55, t=40, b=90), uirevision="keep",
                                       title=dict(text="uniformity and tolerance", font_size=14),
                                       legend=dict(x=0.5, xanchor="center", y=-0.2, yanchor="top", orientation="h", font_size=11)))
-    fig.add_scatter(name="uniformity −L_u (Eq 10)", mode="lines", line=dict(color=_BLUE, width=2))
-    fig.add_scatter(name="tolerance (Eq 11)", mode="lines", yaxis="y2", line=dict(color=_RED, width=2))
+    # lines and markers: at step 0 each curve is one point, which must show (the playground's starting point)
+    fig.add_scatter(name="uniformity −L_u (Eq 10)", mode="lines+markers", line=dict(color=_BLUE, width=2), marker=dict(size=5))
+    fig.add_scatter(name="tolerance (Eq 11)", mode="lines+markers", yaxis="y2", line=dict(color=_RED, width=2), marker=dict(size=5))
+    limit = sphere_uniformity_limit(3)  # the uniform distribution's −L_u on S², drawn as a labelled line
+    fig.add_hline(y=limit, line=dict(color=_BLUE, width=1, dash="dot"), annotation_text=f"uniform on S²: {limit:.3f}",
+                  annotation_position="bottom right", annotation_font=dict(size=11, color=_BLUE))
     fig.update_layout(xaxis=dict(title="step"), yaxis=dict(title="uniformity", color=_BLUE, tickformat=".2f"),
                       yaxis2=dict(title="tolerance", overlaying="y", side="right", color=_RED, showgrid=False, tickformat=".2f"))
     return fig

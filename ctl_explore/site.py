@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import argparse
-import html
+import functools
 import json
 import math
 import multiprocessing
@@ -19,13 +19,16 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
+from markupsafe import Markup
+
+from .html import environment, package_text, render
+
 # %% auto #0
 __all__ = ['WIDGET_NOTE', 'WIDGET_MIME', 'SNAPSHOTS_MIME', 'LIVE_NOTE', 'SKIP_TAG', 'PLOTLY_MIME', 'MATHJAX_CONFIG', 'TEMPLATE',
-           'SITE_JS', 'SITE_CSS', 'SITE_MARKER', 'EXPLORABLES_LINK', 'INSTRUCTORS_LINK', 'cell_directives',
-           'directive_free', 'skip_reason', 'is_hidden', 'figure_html', 'widget_snapshot', 'final_snapshots',
-           'prepare_kernel', 'SiteError', 'execute_lesson', 'page_notebook', 'rewrite_links', 'lesson_notebooks',
-           'page_title', 'claim_folder', 'page_exporter', 'render_page', 'failed_page', 'mark_failed', 'build_site',
-           'main']
+           'SITE_JS', 'SITE_CSS', 'SITE_MARKER', 'cell_directives', 'directive_free', 'skip_reason', 'is_hidden',
+           'figure_html', 'widget_snapshot', 'final_snapshots', 'prepare_kernel', 'SiteError', 'execute_lesson',
+           'page_notebook', 'rewrite_links', 'lesson_notebooks', 'page_title', 'claim_folder', 'page_exporter',
+           'render_page', 'failed_page', 'mark_failed', 'fig3_html', 'build_site', 'main']
 
 # %% ../nbs/91_site.ipynb #s005
 _DIRECTIVE = re.compile(r"^\s*#\|\s*([\w-]+)\s*:?\s*(.*?)\s*$")
@@ -61,21 +64,28 @@ def is_hidden(source: str) -> bool:
     return "hide" in cell_directives(source)
 
 # %% ../nbs/91_site.ipynb #s010
+@functools.cache
+def _parts():
+    "The macros of the template `site-parts.html.j2`: the pieces of a page, through the package's one jinja2 environment."
+    return environment().get_template("site-parts.html.j2").module
+
+def _part(name: str, *args, **values) -> str:
+    "The piece `name` of `site-parts.html.j2`, filled (values escaped, except HTML made by another piece)."
+    return str(getattr(_parts(), name)(*args, **values))
+
 def figure_html(figure: dict | str) -> str:
     "A plotly figure (its dict or JSON: data, layout, config) as a div that `assets/site.js` draws with the local plotly.js."
     text = figure if isinstance(figure, str) else json.dumps(figure, allow_nan=False, separators=(",", ":"))
     text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-    return f'<div class="ctl-plotly"><script type="application/json">{text}</script></div>'
+    return _part("figure", text)
 
 # %% ../nbs/91_site.ipynb #s013
-WIDGET_NOTE = ('<p class="ctl-widget-note">A live widget in JupyterLab: run this lesson there to move its controls. '
-               'Here, a snapshot of it when this page was built; the controls do nothing, the figures zoom and hover.</p>')
+WIDGET_NOTE = _part("widget_note")
 
 def _described(w, inner: str) -> str:
     desc = getattr(w, "description", "") or ""
-    if not getattr(w, "description_allow_html", False): desc = html.escape(desc)
-    label = f'<span class="ctl-w-desc">{desc}</span>' if desc else ""
-    return f'<div class="ctl-w-control">{label}{inner}</div>'
+    if getattr(w, "description_allow_html", False): desc = Markup(desc)  # the widget says its description is HTML
+    return _part("control", desc, Markup(inner))
 
 def _value_text(w) -> str:
     fmt = getattr(w, "readout_format", None)
@@ -86,16 +96,14 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 def _output_html(out: dict) -> str:
     "One output dict (as an Output widget keeps them) as HTML."
-    if out.get("output_type") == "stream": return f'<pre class="ctl-w-stream">{html.escape(out.get("text", ""))}</pre>'
-    if out.get("output_type") == "error":
-        text = _ANSI.sub("", "\n".join(out.get("traceback", [])))
-        return f'<pre class="ctl-w-stream">{html.escape(text)}</pre>'
+    if out.get("output_type") == "stream": return _part("stream", out.get("text", ""))
+    if out.get("output_type") == "error": return _part("stream", _ANSI.sub("", "\n".join(out.get("traceback", []))))
     data = out.get("data", {})
     if "application/vnd.plotly.v1+json" in data: return figure_html(data["application/vnd.plotly.v1+json"])
     if "text/html" in data: return "".join(data["text/html"]) if isinstance(data["text/html"], list) else data["text/html"]
     for mime in ("image/png", "image/jpeg"):
-        if mime in data: return f'<img src="data:{mime};base64,{data[mime]}">'
-    return f'<pre>{html.escape(str(data.get("text/plain", "")))}</pre>'
+        if mime in data: return _part("image", mime, data[mime])
+    return _part("plain", str(data.get("text/plain", "")))
 
 def widget_snapshot(w) -> str:
     "Static HTML for widget `w` and its children as they are now (plotly FigureWidgets as interactive plotly figures)."
@@ -107,38 +115,28 @@ def widget_snapshot(w) -> str:
     if BaseFigure and isinstance(w, BaseFigure): return figure_html(pio.to_json(w, validate=False))
     if isinstance(w, (W.Tab, W.Accordion)):
         titles = list(getattr(w, "titles", ()) or ())
-        return "".join(f'<div class="ctl-w-section"><div class="ctl-w-title">{html.escape(str(titles[i]) if i < len(titles) and titles[i] else f"part {i + 1}")}</div>{widget_snapshot(c)}</div>'
-                       for i, c in enumerate(w.children))
+        return _part("sections", [(str(titles[i]) if i < len(titles) and titles[i] else f"part {i + 1}", Markup(widget_snapshot(c)))
+                                  for i, c in enumerate(w.children)])
     if isinstance(w, W.Box):
         kind = "hbox" if isinstance(w, W.HBox) else "grid" if isinstance(w, W.GridBox) else "vbox"
-        return f'<div class="ctl-w-{kind}">' + "".join(widget_snapshot(c) for c in w.children) + "</div>"
-    if isinstance(w, W.Output):
-        shown = "".join(_output_html(dict(o)) for o in w.outputs)
-        return f'<div class="ctl-w-output">{shown}</div>' if shown else '<div class="ctl-w-output ctl-w-empty">(output drawn when the lesson runs in JupyterLab)</div>'
-    if isinstance(w, (W.HTML, W.HTMLMath)): return _described(w, f'<div class="ctl-w-html">{w.value}</div>')
-    if isinstance(w, W.Label): return f'<span class="ctl-w-label">{html.escape(str(w.value))}</span>'
-    if isinstance(w, W.Button): return f'<button class="ctl-w-button" disabled>{html.escape(w.description or "button")}</button>'
-    if isinstance(w, (W.Checkbox, W.ToggleButton)):
-        return _described(w, f'<input type="checkbox" disabled{" checked" if w.value else ""}>')
-    if isinstance(w, (W.FloatProgress, W.IntProgress)):
-        return _described(w, f'<progress max="{w.max - w.min}" value="{w.value - w.min}"></progress>')
+        return _part("box", kind, Markup("".join(widget_snapshot(c) for c in w.children)))
+    if isinstance(w, W.Output): return _part("output", Markup("".join(_output_html(dict(o)) for o in w.outputs)))
+    if isinstance(w, (W.HTML, W.HTMLMath)): return _described(w, _part("html_value", Markup(w.value)))
+    if isinstance(w, W.Label): return _part("label", str(w.value))
+    if isinstance(w, W.Button): return _part("button", w.description or "button")
+    if isinstance(w, (W.Checkbox, W.ToggleButton)): return _described(w, _part("checkbox", bool(w.value)))
+    if isinstance(w, (W.FloatProgress, W.IntProgress)): return _described(w, _part("progress", w.max - w.min, w.value - w.min))
     if isinstance(w, (W.FloatLogSlider,)):
         v = math.log(w.value, w.base) if w.value > 0 else w.min
-        return _described(w, f'<input type="range" disabled min="{w.min}" max="{w.max}" step="{w.step}" value="{v}">'
-                             f'<span class="ctl-w-value">{html.escape(_value_text(w))}</span>')
-    if isinstance(w, (W.FloatSlider, W.IntSlider)):
-        return _described(w, f'<input type="range" disabled min="{w.min}" max="{w.max}" step="{w.step}" value="{w.value}">'
-                             f'<span class="ctl-w-value">{html.escape(_value_text(w))}</span>')
-    if isinstance(w, W.widget_selection._MultipleSelection):
-        return _described(w, f'<span class="ctl-w-value">{html.escape(", ".join(map(str, w.label)))}</span>')
-    if isinstance(w, W.widget_selection._Selection):
-        return _described(w, f'<span class="ctl-w-value">{html.escape(str(w.label))}</span>')
+        return _described(w, _part("slider", w.min, w.max, w.step, v, _value_text(w)))
+    if isinstance(w, (W.FloatSlider, W.IntSlider)): return _described(w, _part("slider", w.min, w.max, w.step, w.value, _value_text(w)))
+    if isinstance(w, W.widget_selection._MultipleSelection): return _described(w, _part("value", ", ".join(map(str, w.label))))
+    if isinstance(w, W.widget_selection._Selection): return _described(w, _part("value", str(w.label)))
     if isinstance(w, W.Image):
         import base64
-        return f'<img class="ctl-w-image" src="data:image/{w.format};base64,{base64.b64encode(bytes(w.value)).decode()}">'
-    if isinstance(w, W.ValueWidget):
-        return _described(w, f'<span class="ctl-w-value">{html.escape(_value_text(w))}</span>')
-    return f'<span class="ctl-w-other">[{html.escape(type(w).__name__)}: live in JupyterLab]</span>'
+        return _part("image", f"image/{w.format}", base64.b64encode(bytes(w.value)).decode(), cls="ctl-w-image")
+    if isinstance(w, W.ValueWidget): return _described(w, _part("value", _value_text(w)))
+    return _part("other", type(w).__name__)
 
 # %% ../nbs/91_site.ipynb #s016
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
@@ -150,12 +148,10 @@ def _snapshot_block(w, k: int) -> str:
     "Widget `w`'s snapshot with its note, marked as the k-th widget displayed; '' for a widget already closed."
     if getattr(w, "comm", True) is None: return ""
     try: snap = widget_snapshot(w)
-    except Exception as e: snap = f'<p class="ctl-widget-note">(no snapshot of this widget: {html.escape(type(e).__name__)}: {html.escape(str(e))})</p>'
-    return f'<div class="ctl-widget" data-ctl-widget="{k}">{WIDGET_NOTE}{snap}</div>'
+    except Exception as e: snap = _part("problem", "snapshot", f"{type(e).__name__}: {e}")
+    return _part("widget", k, Markup(WIDGET_NOTE + snap))
 
-LIVE_NOTE = ('<p class="ctl-widget-note">Live in this page, with no kernel: the controls work. It mirrors the lesson\'s widget '
-             '(computed here from the same formulas, or replayed from runs the library made when this page was built); '
-             'in JupyterLab the lesson shows the widget itself.</p>')
+LIVE_NOTE = _part("live_note")
 
 def _live_block(w, k: int) -> str | None:
     "Lesson 02's widgets as the explorables of appendix 92, live without a kernel; None for any other widget."
@@ -163,9 +159,8 @@ def _live_block(w, k: int) -> str | None:
     from ctl_explore.explorables import explorable_for_widget
     try: live = explorable_for_widget(w)
     except Exception as e:
-        return (f'<div class="ctl-widget" data-ctl-widget="{k}"><p class="ctl-widget-note">(no explorable for this widget: '
-                f'{html.escape(type(e).__name__)}: {html.escape(str(e))})</p>{widget_snapshot(w)}</div>')
-    return None if live is None else f'<div class="ctl-widget ctl-widget-live" data-ctl-widget="{k}">{LIVE_NOTE}{live._repr_html_()}</div>'
+        return _part("widget", k, Markup(_part("problem", "explorable", f"{type(e).__name__}: {e}") + widget_snapshot(w)))
+    return None if live is None else _part("widget", k, Markup(LIVE_NOTE + live._repr_html_()), live=True)
 
 def final_snapshots() -> None:
     "In a lesson's kernel, after its last cell: display every displayed widget's snapshot as it is now (lesson 02's as explorables)."
@@ -265,7 +260,7 @@ PLOTLY_MIME = "application/vnd.plotly.v1+json"
 
 def _note_output(text: str):
     import nbformat
-    return nbformat.v4.new_output("display_data", data={"text/html": f'<p class="ctl-skip-note">{text}</p>'})
+    return nbformat.v4.new_output("display_data", data={"text/html": _part("skip_note", text)})
 
 def page_notebook(nb, skipped: dict[int, str] | None = None):
     "A copy of executed notebook `nb` as its page shows it, and counts {'figures', 'images', 'widgets', 'hidden_cells', 'skipped_cells'}."
@@ -293,14 +288,14 @@ def page_notebook(nb, skipped: dict[int, str] | None = None):
             elif WIDGET_MIME in data:
                 if data.get("text/html") == "": continue  # closed before the lesson ended: gone in JupyterLab too
                 counts["widgets"] += 1
-                snap = data.get("text/html") or f'<div class="ctl-widget">{WIDGET_NOTE}</div>'
+                snap = data.get("text/html") or _part("widget", None, Markup(WIDGET_NOTE))
                 counts["figures"] += snap.count('class="ctl-plotly"')
                 out.data = {"text/html": snap}
             elif any(m in data for m in ("image/png", "image/jpeg", "image/svg+xml")): counts["images"] += 1
             elif "text/html" in data: counts["figures"] += "".join(data["text/html"]).count('class="ctl-plotly"')
             outputs.append(out)
         if i in skipped:
-            outputs.append(_note_output(f"Not run for this page ({html.escape(skipped[i])}): run it in JupyterLab to see its output."))
+            outputs.append(_note_output(f"Not run for this page ({skipped[i]}): run it in JupyterLab to see its output."))
         cell.outputs = outputs
         if cell.source.strip() or outputs: cells.append(cell)
     nb.cells = cells
@@ -318,87 +313,10 @@ def rewrite_links(page_html: str, pages: set[str]) -> str:
     return _HREF.sub(swap, page_html)
 
 # %% ../nbs/91_site.ipynb #s026
-MATHJAX_CONFIG = r"""
-MathJax.Hub.Config({
-  tex2jax: {inlineMath: [['$','$'], ['\\(','\\)']], displayMath: [['$$','$$'], ['\\[','\\]']],
-            processEscapes: true, processEnvironments: true},
-  TeX: {equationNumbers: {autoNumber: "AMS", useLabelIds: true}},
-  "HTML-CSS": {availableFonts: [], preferredFont: null, webFont: "STIX-Web", imageFont: null,
-               styles: {"@font-face": {"font-family": "MathJax_Blank", src: "local('MathJax_Blank')"}}},
-  displayAlign: "center", messageStyle: "none", showMathMenu: false
-});
-MathJax.Hub.Register.StartupHook("End", function () { window.ctlSite && window.ctlSite.mathDone(); });
-"""
-
-TEMPLATE = """{%- extends 'index.html.j2' -%}
-{%- block html_head_js -%}
-<script src="assets/plotly.min.js"></script>
-<script src="assets/site.js"></script>
-<script src="assets/explorables.js"></script>
-{%- endblock html_head_js -%}
-{% block jupyter_widgets %}{% endblock jupyter_widgets %}
-{%- block html_head_js_mathjax -%}
-<script type="text/x-mathjax-config">{{ resources.ctl_mathjax_config }}</script>
-<script src="assets/mathjax/MathJax.js?config=TeX-AMS-MML_HTMLorMML-full"></script>
-{%- endblock html_head_js_mathjax -%}
-{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
-{%- block html_head_css -%}<link rel="stylesheet" href="assets/site.css">{%- endblock html_head_css -%}
-{%- block body_header -%}
-{{ super() }}
-{{ resources.ctl_nav }}
-{%- endblock body_header -%}
-{% block body_footer %}
-{{ resources.ctl_nav }}
-{{ resources.ctl_footer }}
-{{ super() }}
-{% endblock body_footer %}
-"""
-
-SITE_JS = r"""// Draws the page's plotly figures with the local plotly.js, starts its explorables (assets/explorables.js) and tells
-// when figures, explorables and math are done (window.ctlSite.done: the browser test waits for it).
-(function () {
-  var mathResolve, mathDone = new Promise(function (r) { mathResolve = r; });
-  var site = window.ctlSite = {done: false, errors: [], mathDone: function () { mathResolve(); }};
-  document.addEventListener("DOMContentLoaded", function () {
-    if (!window.MathJax) mathResolve();
-    var plots = Array.prototype.map.call(document.querySelectorAll("div.ctl-plotly"), function (div) {
-      var fig = JSON.parse(div.querySelector("script").textContent);
-      var target = document.createElement("div");
-      div.appendChild(target);
-      var config = Object.assign({responsive: true, displaylogo: false}, fig.config || {});
-      return Plotly.newPlot(target, fig.data || [], fig.layout || {}, config);
-    });
-    var live = Promise.resolve().then(function () { return window.ctlExplorables && window.ctlExplorables.init(); });
-    Promise.all([Promise.all(plots), mathDone, live]).then(function () { site.done = true; },
-      function (e) { site.errors.push(String(e)); console.error("figure not drawn: " + e); });
-  });
-})();
-"""
-
-SITE_CSS = """
-body.jp-Notebook { max-width: 1100px; margin: 0 auto; padding: 0 1em; }
-nav.ctl-nav { display: flex; justify-content: space-between; gap: 1em; padding: 0.6em 0; margin: 0.5em 0;
-  border-bottom: 1px solid #ddd; font-family: var(--jp-ui-font-family, sans-serif); font-size: 14px; }
-nav.ctl-nav a { text-decoration: none; }
-.ctl-widget { border-left: 3px solid #7aa6da; padding: 0.2em 0 0.2em 0.8em; margin: 0.3em 0; overflow-x: auto; }
-.ctl-widget-note, .ctl-skip-note { font-style: italic; color: #555; margin: 0.2em 0 0.5em; font-size: 13px; }
-.ctl-w-hbox { display: flex; flex-direction: row; flex-wrap: wrap; gap: 0.5em; align-items: flex-start; }
-.ctl-w-hbox > * { flex: 0 0 auto; }
-.ctl-w-vbox { display: flex; flex-direction: column; gap: 0.3em; }
-.ctl-w-grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(300px, 1fr)); gap: 0.5em; }
-.ctl-w-control { display: flex; align-items: center; gap: 0.5em; font-size: 13px; }
-.ctl-w-desc { min-width: 6em; text-align: right; }
-.ctl-w-value { font-family: var(--jp-code-font-family, monospace); }
-.ctl-w-title { font-weight: bold; margin-top: 0.5em; }
-.ctl-plotly { min-width: 300px; }
-nav.ctl-toc { padding: 0 0 1.5em 1em; font-family: var(--jp-content-font-family, sans-serif); }
-nav.ctl-toc ul { list-style: none; padding-left: 0.5em; }
-nav.ctl-toc li { margin: 0.25em 0; }
-.ctl-failed { color: #b00020; }
-li.ctl-not-built { color: #777; }
-.MathJax [class^="MJX-tex-"], .MathJax [mathvariant], .MathJax_Display [class^="MJX-tex-"], .MathJax_Display [mathvariant] {
-  font-family: inherit !important; }
-"""
+MATHJAX_CONFIG = package_text("mathjax-config.js")  # ctl_explore/templates/: MathJax 2's settings for file:// pages
+TEMPLATE = package_text("lesson.html.j2")           # nbconvert's `lab` template, its CDN blocks replaced
+SITE_JS = package_text("site.js")                   # draws the figures, starts the explorables, says when done
+SITE_CSS = package_text("site.css")                 # the layout: one column on a phone, room for two where it fits
 
 # %% ../nbs/91_site.ipynb #s028
 def lesson_notebooks(nbs: Path) -> list[Path]:
@@ -465,10 +383,11 @@ def _assets(out: Path) -> None:
     (assets / "site.css").write_text(SITE_CSS + EXPLORABLES_CSS)
 
 def _nav(order: list[tuple[str, str]], i: int) -> str:
-    link = lambda j, before, after: f'<a href="{order[j][0]}.html">{before}{html.escape(order[j][1])}{after}</a>'
-    prev = link(i - 1, "← ", "") if 0 < i and order[i][0] != "index" else "<span></span>"
-    nxt = link(i + 1, "", " →") if i + 1 < len(order) and order[i + 1][0] != "index" else "<span></span>"
-    return f'<nav class="ctl-nav">{prev}<a href="index.html">Course index</a>{nxt}</nav>'
+    "The bar above and below a page: the previous lesson, the index, the next lesson (template `nav.html.j2`)."
+    page = lambda j: dict(stem=order[j][0], title=order[j][1])
+    prev = page(i - 1) if 0 < i and order[i][0] != "index" else None
+    nxt = page(i + 1) if i + 1 < len(order) and order[i + 1][0] != "index" else None
+    return render("nav.html.j2", prev=prev, next=nxt).rstrip("\n")
 
 def page_exporter():
     "nbconvert's HTMLExporter with the site's template (made once: compiling the template is the slow part)."
@@ -519,39 +438,37 @@ def _build_explorables(out: Path, nav: str, data_dir: Path | None = None) -> dic
     return {"page": EXPLORABLES_PAGE, "title": "Explorables", "seconds": round(time.monotonic() - start, 1)}
 
 def failed_page(title: str, message: str, nav: str = "") -> str:
-    "What a page that failed to build becomes: its title and the error (so no older page of it stays on the site)."
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)} (not built)</title>'
-            '<script src="assets/site.js"></script><link rel="stylesheet" href="assets/site.css"></head>'
-            f'<body class="jp-Notebook ctl-failed-page">{nav}<h1>{html.escape(title)}</h1>'
-            f'<p class="ctl-failed">This page failed when the site was last built: {html.escape(message)}</p>'
-            f'<p>Run the lesson in JupyterLab to see where it stops.</p>{nav}</body></html>\n')
+    "What a page that failed to build becomes (template `failed.html.j2`): its title and the error, so no older page of it stays on the site."
+    return render("failed.html.j2", title=title, message=message, nav=nav, math=False, body_class="ctl-failed-page")
 
 def mark_failed(index_html: str, failed: list[str], built: list[str] = ()) -> str:
     "The index page with the `failed` pages' entries (file names) in its list of pages marked as not built, and the `built` ones' marks removed."
+    entry = lambda page, failed: lambda m: _part("index_entry", page, Markup(m.group(1)), failed)
     for page in built:
         index_html = re.sub(rf'<li class="ctl-not-built"><a href="{re.escape(page)}">(.*?)</a> \(failed to build\)</li>',
-                            lambda m: f'<li><a href="{page}">{m.group(1)}</a></li>', index_html)
+                            entry(page, False), index_html)
     for page in failed:
-        index_html = re.sub(rf'<li><a href="{re.escape(page)}">(.*?)</a></li>',
-                            lambda m: f'<li class="ctl-not-built"><a href="{page}">{m.group(1)}</a> (failed to build)</li>', index_html)
+        index_html = re.sub(rf'<li><a href="{re.escape(page)}">(.*?)</a></li>', entry(page, True), index_html)
     return index_html
 
 def _only(only: str) -> re.Pattern:
     try: return re.compile(only)
     except re.error as e: raise SiteError(f"--only {only!r} is not a valid regular expression: {e}") from None
 
-EXPLORABLES_LINK = ('<p class="ctl-explorables-link"><a href="explorables.html">Explorables</a>: lesson 02\'s temperature '
-                    'explorer and hypersphere playground, and lessons 09 and 12\'s shipped results one setting at a time, '
-                    'working in the page with no Python behind them.</p>')
-
-INSTRUCTORS_LINK = ('<p class="ctl-instructors-link"><a href="instructors.html">For instructors</a>: the class plans and reading times, '
-                    '<a href="figures.html">the key figures one per screen</a>, and <a href="answer-key.html">the answer key</a>.</p>')
+def fig3_html() -> str:
+    "Lesson 02's [WL21] Fig 3 as its temperature explorer first draws it (r_i against s at τ = 0.2 and the reference τs), as a figure div."
+    import plotly.graph_objects as go
+    import plotly.io as pio
+    from ctl_explore.explorer import temperature_explorer
+    fig = go.Figure(temperature_explorer().fig_penalty)
+    return figure_html(pio.to_json(fig, validate=False))
 
 def _instructors_pages(out: Path, nbs: Path, titles: dict[str, str], failed_pages: list[str], nav: str) -> None:
-    "instructors.html, figures.html (each core lesson's first figure, from its page on this site) and answer-key.html (appendix 93)."
+    "instructors.html, figures.html (each core lesson's first figure, from its page on this site; lesson 02's Fig 3) and answer-key.html (appendix 93)."
     from ctl_explore.course import KEY_FIGURE_LESSONS, answer_key_html, figures_page, instructors_page
     pages = {stem: (out / f"{stem}.html").read_text(encoding="utf-8") for stem in KEY_FIGURE_LESSONS
              if (out / f"{stem}.html").exists() and f"{stem}.html" not in failed_pages}
+    if "02_explorer" in pages: pages["02_explorer"] = fig3_html()  # its page's figures are live explorables
     (out / "instructors.html").write_text(instructors_page(nbs, nav), encoding="utf-8")
     (out / "figures.html").write_text(figures_page(pages, titles, nav), encoding="utf-8")
     (out / "answer-key.html").write_text(answer_key_html(nbs), encoding="utf-8")
@@ -577,16 +494,15 @@ def build_site(out: str | Path = "_site", nbs: str | Path | None = None, jobs: i
     # The titles, and so every page's links, come from the notebooks' markdown: known before anything runs, so that
     # each worker can write its page as soon as its lesson has run.
     order = [(p.stem, page_title(nbformat.read(p, as_version=4), p.stem)) for p in notebooks]
-    toc = '<nav class="ctl-toc">' + (EXPLORABLES_LINK if explorables else "") + INSTRUCTORS_LINK + '<h2 id="ctl-all-pages">Every page of this site</h2><ul>' + "".join(
-        f'<li><a href="{stem}.html">{html.escape(stem.split("_")[0])} · {html.escape(title)}</a></li>'
-        for stem, title in order if stem != "index") + "</ul></nav>"
+    toc = render("toc.html.j2", explorables=explorables,
+                 pages=[dict(stem=stem, number=stem.split("_")[0], title=title) for stem, title in order if stem != "index"])
     entries, failures = {}, {}
     bar = _progress(len(notebooks), "running lessons") if progress else _progress(0, "")
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=min(jobs, len(notebooks)), mp_context=ctx) as pool:
         futures = {pool.submit(_build_page, p, flags, timeout, out, order, i, toc if p.stem == "index" else ""): p
                    for i, p in enumerate(notebooks)}
-        index_nav = '<nav class="ctl-nav"><span></span><a href="index.html">Course index</a><span></span></nav>'
+        index_nav = render("nav.html.j2", prev=None, next=None).rstrip("\n")
         if explorables: futures[pool.submit(_build_explorables, out, index_nav, root / "data")] = "explorables"
         for fut in as_completed(futures):
             p = futures[fut]

@@ -19,6 +19,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -35,6 +36,8 @@ except ImportError:  # pragma: no cover - depends on the machine
 REPO = Path(__file__).resolve().parents[1]
 SITE_ONLY = os.environ.get("CTL_SITE_ONLY", "." if os.environ.get("CTL_SITE") else r"^(02_|91_|92_|index)")
 BUILD_TIMEOUT_S = 1800
+# Screenshots and the pages' own timers go to a temporary folder (or CTL_ARTIFACTS): tests leave the checkout clean.
+ARTIFACTS = Path(os.environ.get("CTL_ARTIFACTS") or Path(tempfile.gettempdir()) / "ctl_explore-test-artifacts")
 
 
 def needs_browser(what: str) -> list:

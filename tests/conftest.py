@@ -38,7 +38,7 @@ def pytest_report_header(config):
 
 # With pytest-xdist (`-n 2`, set in pyproject's addopts), each test file runs whole on one worker, so that its module
 # fixtures are made once; the two files that check the built site share one group, so the site is built once.
-SITE_FILES = {"test_site_browser.py", "test_explorables.py"}
+SITE_FILES = {"test_site_browser.py", "test_explorables.py", "test_site_screens.py"}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -46,3 +46,44 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         name = item.path.name
         item.add_marker(pytest.mark.xdist_group("site" if name in SITE_FILES else name))
+
+
+# The suite leaves the checkout as it found it: tests write only to temporary folders, and benchmark results are
+# written by the benchmark scripts when run on purpose. The controller (not an xdist worker) compares
+# `git status --porcelain` before and after the session and fails the run, naming the paths, when it changed.
+# CTL_ALLOW_DIRTY=1 turns the check off (e.g. while editing files during a run).
+def _git_status(root) -> set[str] | None:
+    import subprocess
+    try:
+        out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=root, capture_output=True,
+                             text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return set(out.stdout.splitlines()) if out.returncode == 0 else None
+
+
+def _is_controller(config) -> bool:
+    return not hasattr(config, "workerinput")
+
+
+def pytest_sessionstart(session):
+    if _is_controller(session.config) and not os.environ.get("CTL_ALLOW_DIRTY"):
+        session.config._ctl_git_before = _git_status(session.config.rootpath)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    before = getattr(session.config, "_ctl_git_before", None)
+    if before is None: return
+    after = _git_status(session.config.rootpath)
+    if after is None: return
+    dirtied = sorted(after - before)
+    if dirtied:
+        session.config._ctl_dirtied = dirtied
+        if session.exitstatus == 0: session.exitstatus = 1
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    dirtied = getattr(config, "_ctl_dirtied", None)
+    if dirtied:
+        terminalreporter.write_line("The test run changed the checkout (tests must write only to temporary folders; "
+                                    "set CTL_ALLOW_DIRTY=1 to skip this check): " + "; ".join(dirtied), red=True)

@@ -12,7 +12,7 @@ near zero are sums taken in another order); the replay's points are the library'
 Throughout, no console error, no page error and no request outside ``file://``.
 
 The page's own timer (one update: the port's computation and ``Plotly.react`` of the four figures) is written with
-the build's time to ``tests/artifacts/explorables_timing.json`` (git-ignored).
+the build's time to ``explorables_timing.json`` in a temporary folder (``CTL_ARTIFACTS`` names another).
 """
 from __future__ import annotations
 
@@ -26,13 +26,13 @@ import numpy as np
 import pytest
 import torch
 
-from browser_setup import CHROMIUM, built_site, launch_browser, needs_browser, open_page
+from browser_setup import ARTIFACTS, CHROMIUM, built_site, launch_browser, needs_browser, open_page
 from ctl_explore.explorer import N_BINS, REFERENCE_TAUS, TAU_GRID, entropy_curve, limit_regimes, loss_curves, similarity_set, simulate
 from ctl_explore.gradients import loss_gradients, penalty_entropy, relative_penalty
 from ctl_explore.losses import contrastive_loss, informative_mask
 
 REPO = Path(__file__).resolve().parents[1]
-TIMINGS = REPO / "tests" / "artifacts" / "explorables_timing.json"
+TIMINGS = ARTIFACTS / "explorables_timing.json"
 RTOL = 1e-6
 
 pytestmark = needs_browser("the explorables' browser tests") + [pytest.mark.slow]  # a site build and a browser: minutes on 2 cores

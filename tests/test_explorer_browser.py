@@ -2,8 +2,8 @@
 
 The test opens ``nbs/02_explorer.ipynb``, runs all its cells, checks that no cell shows an error, moves the τ slider
 with the keyboard and checks that the ``r_i`` curve plotted in the page is ``relative_penalty`` at the new τ. It saves
-screenshots under ``tests/artifacts/`` (git-ignored) and writes the key-press-to-redrawn-curve latency to
-``benchmarks/results/explorer_browser.json``.
+screenshots in a temporary folder and measures the key-press-to-redrawn-curve latency; it writes it only when
+``benchmarks/bench_explorer_browser.py`` asks (``CTL_BENCH_OUT``), never into the checkout by itself.
 
 Needs the ``playwright`` Python package and a system Chromium (Debian: ``apt-get install chromium``); it never
 downloads a browser. Set ``CTL_CHROMIUM`` to use a Chromium binary elsewhere. Without them, the test is skipped.
@@ -26,14 +26,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from browser_setup import launch_browser, needs_browser
+from browser_setup import ARTIFACTS, launch_browser, needs_browser
 from ctl_explore.explorer import similarity_set, temperature_explorer
 from ctl_explore.gradients import relative_penalty
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = "nbs/02_explorer.ipynb"
-ARTIFACTS = REPO / "tests" / "artifacts"
-BROWSER_RESULTS = REPO / "benchmarks" / "results" / "explorer_browser.json"
+# The latency is written only when a benchmark asks for it (benchmarks/bench_explorer_browser.py sets CTL_BENCH_OUT)
+BENCH_OUT = os.environ.get("CTL_BENCH_OUT")
 LATENCY_PRESSES = 20
 RUN_ALL_TIMEOUT_S = 240
 
@@ -206,7 +206,6 @@ def _machine() -> dict:
 def test_explorer_in_browser(lab, browser):
     url, token = lab
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    (ARTIFACTS / ".gitignore").write_text("*\n")
     context = browser.new_context(viewport={"width": 1400, "height": 1700})
     page = context.new_page()
     console_errors, started = [], time.monotonic()
@@ -267,10 +266,9 @@ def test_explorer_in_browser(lab, browser):
             latencies.append(page.evaluate("() => window.__ctlLatency")["ms"])
         final = page.evaluate(CURVE, explorer.element_handle())
         assert final["y"] == pytest.approx(_expected_curve(final["x"], final["tau"]), rel=1e-9, abs=1e-15)
-        BROWSER_RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        BROWSER_RESULTS.write_text(json.dumps({
+        if BENCH_OUT: Path(BENCH_OUT).write_text(json.dumps({
             "benchmark": "key press on the τ slider → r_i curve redrawn in the DOM (JupyterLab, headless Chromium)",
-            "goal_ms": 150, "median_ms": round(statistics.median(latencies), 2), "presses": LATENCY_PRESSES,
+            "goal_ms": 100, "median_ms": round(statistics.median(latencies), 2), "presses": LATENCY_PRESSES,
             "all_ms": [round(t, 2) for t in latencies], "k": 256, "source": "spread",
             "chromium": browser.version, "machine": _machine(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         }, indent=2) + "\n")

@@ -6,7 +6,7 @@ The module builds the site once per session (``python -m ctl_explore.site --out 
 the exercises' solutions among them -- on none of them, the build leaves nothing new in the repository) and in
 Chromium from ``file://`` (no network request, no console or page error, every plotly figure drawn, the math typeset
 with no TeX left raw, no nbdev directive in the code shown, every widget shown as its snapshot or its explorable, the
-index linking every page in course order). Viewport screenshots go to ``tests/artifacts/site/`` (git-ignored).
+index linking every page in course order). Viewport screenshots go to a temporary folder (``CTL_ARTIFACTS`` names another).
 
 It also checks, with no browser and no lesson run, what the builder refuses: a folder it did not make (a user's files
 there stay as they were), an invalid ``--only``; and, on a tiny project of its own, that a lesson which fails in a
@@ -31,13 +31,13 @@ import pytest
 
 pytestmark = pytest.mark.slow  # a browser, several processes or compiled kernels: tens of seconds on 2 cores
 
-from browser_setup import built_site, launch_browser, needs_browser, open_page, site_lessons
+from browser_setup import ARTIFACTS, built_site, launch_browser, needs_browser, open_page, site_lessons
 from ctl_explore.site import SITE_MARKER, directive_free, is_hidden, lesson_notebooks, skip_reason
 
 REPO = Path(__file__).resolve().parents[1]
 NBS = REPO / "nbs"
 LESSONS = site_lessons(lesson_notebooks(NBS))
-ARTIFACTS = REPO / "tests" / "artifacts" / "site"
+ARTIFACTS = ARTIFACTS / "site"
 
 
 BROWSER_MARKS = needs_browser("the site's browser tests")

@@ -1,0 +1,520 @@
+// The site's explorables, drawn with the local plotly.js and no kernel: the temperature explorer computed in the
+// page from the definitions of lessons 00-02, and the hypersphere playground replayed from runs the library made
+// when the page was built. window.ctlExplorables.init() draws every <div class="ctl-explorable"> of the page.
+(function () {
+  "use strict";
+  var M = {};  // a port of ctl_explore's functions for one anchor; float64, as the library computes them
+
+  M.linspace = function (k) {  // torch.linspace(-1, 1, k) in float64: from both ends towards the middle
+    var out = new Array(k), step = 2 / (k - 1), half = Math.floor(k / 2);
+    for (var i = 0; i < k; i++) out[i] = i < half ? -1 + step * i : 1 - step * (k - 1 - i);
+    return out;
+  };
+  M.nInformative = function (k, alpha) {  // n_informative: ⌈αK⌉, float noise rounded away, in [1, K]
+    return Math.max(1, Math.min(k, Math.ceil(Number((alpha * k).toFixed(9)))));
+  };
+  M.sAlpha = function (neg, alpha) { return neg[neg.length - M.nInformative(neg.length, alpha)]; };  // neg ascending
+  function scaled(neg, tau, alpha) {  // _penalty_logits: s/τ, and -∞ below s_α when alpha is given
+    var cut = alpha == null ? -Infinity : M.sAlpha(neg, alpha), out = new Array(neg.length);
+    for (var i = 0; i < neg.length; i++) out[i] = neg[i] >= cut ? neg[i] / tau : -Infinity;
+    return out;
+  }
+  function logNorm(x) {  // log_softmax(x)[i] = (x[i] - m) - logS, as torch computes it (m the maximum)
+    var m = -Infinity, s = 0, i;
+    for (i = 0; i < x.length; i++) if (x[i] > m) m = x[i];
+    for (i = 0; i < x.length; i++) s += Math.exp(x[i] - m);
+    return {m: m, logS: Math.log(s)};
+  }
+  M.relativePenalty = function (neg, tau, alpha) {  // Eq 5 (Eq 8 with alpha): softmax(s/τ) over the kept negatives
+    var x = scaled(neg, tau, alpha), m = -Infinity, s = 0, i, out = new Array(x.length);
+    for (i = 0; i < x.length; i++) if (x[i] > m) m = x[i];
+    for (i = 0; i < x.length; i++) { out[i] = Math.exp(x[i] - m); s += out[i]; }
+    for (i = 0; i < x.length; i++) out[i] /= s;
+    return out;
+  };
+  M.penaltyEntropy = function (neg, tau, alpha) {  // H(r_i) in nats, 0·log 0 = 0
+    var x = scaled(neg, tau, alpha), n = logNorm(x), h = 0;
+    for (var i = 0; i < x.length; i++) { var lr = (x[i] - n.m) - n.logS, r = Math.exp(lr); if (r > 0) h -= r * lr; }
+    return h;
+  };
+  M.entropyCurve = function (neg, taus, alpha) {  // penaltyEntropy at every τ, the same operations without its copies
+    var cut = alpha == null ? -Infinity : M.sAlpha(neg, alpha), k = neg.length;
+    return taus.map(function (t) {
+      var m = -Infinity, s = 0, h = 0, j, x, lr, r;
+      for (j = 0; j < k; j++) if (neg[j] >= cut) { x = neg[j] / t; if (x > m) m = x; }
+      for (j = 0; j < k; j++) if (neg[j] >= cut) s += Math.exp(neg[j] / t - m);
+      var logS = Math.log(s);
+      for (j = 0; j < k; j++) if (neg[j] >= cut) { lr = (neg[j] / t - m) - logS; r = Math.exp(lr); if (r > 0) h -= r * lr; }
+      return h;
+    });
+  };
+  M.contrastiveLoss = function (pos, neg, tau, alpha) {  // Eq 1 (Eq 9 with alpha): -log softmax([s_ii, s_ij]/τ)[0]
+    var x = scaled(neg, tau, alpha); x.unshift(pos / tau);
+    var n = logNorm(x);
+    return n.logS - (x[0] - n.m);
+  };
+  M.simpleLoss = function (pos, neg, lam) { var s = 0; for (var i = 0; i < neg.length; i++) s += neg[i]; return lam * s - pos; };
+  M.lossCurves = function (pos, neg, taus) {  // loss_curves: Eq 1, Eq 6 (τ→0) and Eq 7 (τ→∞) at every τ
+    var k = neg.length, top = neg[k - 1], out = {loss: [], triplet: [], simple: []};
+    taus.forEach(function (t) {  // the same operations as contrastiveLoss, without its copies of the K negatives
+      var p = pos / t, m = p, s = 0, sn = 0, j, x;
+      for (j = 0; j < k; j++) { x = neg[j] / t; if (x > m) m = x; }
+      s = Math.exp(p - m);
+      for (j = 0; j < k; j++) { x = neg[j] / t; s += Math.exp(x - m); sn += x; }
+      out.loss.push(Math.log(s) - (p - m));
+      out.triplet.push(Math.max(top / t - p, 0));
+      out.simple.push(Math.log(k + 1) - (k * p - sn) / (k + 1));
+    });
+    return out;
+  };
+  M.limitRegimes = function (curves, taus, rtol) {  // limit_regimes: (τ0, τ∞) or null
+    rtol = rtol == null ? 0.05 : rtol;
+    var T = taus.length, close = function (name, i) { return Math.abs(curves[name][i] - curves.loss[i]) <= rtol * curves.loss[i]; };
+    var nTrip = 0, nSimple = 0;
+    while (nTrip < T && close("triplet", nTrip)) nTrip++;
+    while (nSimple < T && close("simple", T - 1 - nSimple)) nSimple++;
+    return [nTrip ? taus[nTrip - 1] : null, nSimple ? taus[T - nSimple] : null];
+  };
+  M.lossGradients = function (pos, neg, tau) {  // Eq 4: ∂L/∂s_ii and ∂L/∂s_ij
+    var x = neg.map(function (s) { return s / tau; }); x.unshift(pos / tau);
+    var m = Math.max.apply(null, [x[0], x[x.length - 1]]), s = 0, i, e = new Array(x.length);
+    for (i = 0; i < x.length; i++) if (x[i] > m) m = x[i];
+    for (i = 0; i < x.length; i++) { e[i] = Math.exp(x[i] - m); s += e[i]; }
+    var dneg = new Array(neg.length), dpos = 0;
+    for (i = 0; i < neg.length; i++) { dneg[i] = e[i + 1] / s / tau; dpos -= dneg[i]; }
+    return {pos: dpos, neg: dneg};
+  };
+  M.histc = function (x, bins, lo, hi) {  // torch.histc
+    var out = new Array(bins).fill(0);
+    for (var i = 0; i < x.length; i++) {
+      if (x[i] < lo || x[i] > hi) continue;
+      out[Math.min(bins - 1, Math.floor((x[i] - lo) * bins / (hi - lo)))] += 1;
+    }
+    return out;
+  };
+
+  function copy(o) { return JSON.parse(JSON.stringify(o)); }
+  function fmt(x, digits) { return Number(x).toPrecision(digits).replace(/(\.\d*?)0+(e|$)/, "$1$2").replace(/\.(e|$)/, "$1"); }
+  function pct(x) { return (100 * x).toFixed(1) + "%"; }
+  function el(tag, attrs, parent, text) {
+    var e = document.createElement(tag);
+    Object.keys(attrs || {}).forEach(function (k) { e.setAttribute(k, attrs[k]); });
+    if (text != null) e.textContent = text;
+    if (parent) parent.appendChild(e);
+    return e;
+  }
+  // A figure for the page: no fixed width (it fills its column), no kept zoom (its axes rescale on every redraw), and
+  // on a touch screen no drag-zoom, so that a swipe over a plot scrolls the page.
+  var TOUCH = !!(window.matchMedia && window.matchMedia("(pointer: coarse)").matches);
+  var CONFIG = {displaylogo: false, responsive: true, scrollZoom: false};
+  function fitScreen(layout) {
+    delete layout.width; delete layout.uirevision; layout.autosize = true;
+    if (TOUCH) {
+      layout.dragmode = false;
+      Object.keys(layout).forEach(function (k) { if (/^[xy]axis\d*$|^scene$/.test(k)) layout[k].fixedrange = true; });
+    }
+    return layout;
+  }
+  function figure(spec, name) {
+    var f = copy(spec.figures[name]); f.layout.template = spec.template; fitScreen(f.layout);
+    f.pristine = copy(f.layout);  // the ranges the library set; every other axis autoscales
+    return f;
+  }
+  // Before a redraw: every axis back to the library's range or to autoscale (undoing any zoom), then the ranges
+  // this update computed.
+  function fitAxes(f, ranges) {
+    Object.keys(f.layout).forEach(function (k) {
+      if (!/^[xy]axis\d*$/.test(k)) return;
+      var p = f.pristine[k] || {};
+      if (ranges && ranges[k]) { f.layout[k].range = ranges[k].slice(); f.layout[k].autorange = false; }
+      else if (p.range) { f.layout[k].range = p.range.slice(); f.layout[k].autorange = false; }
+      else { delete f.layout[k].range; f.layout[k].autorange = true; }
+    });
+  }
+  function plotLabel(div, f) {
+    var t = f.layout.title; t = t && (t.text || t);
+    div.setAttribute("role", "img"); if (t) div.setAttribute("aria-label", String(t));
+  }
+
+  // One labelled control: a range (over log10 of the value for log sliders) and a number box that accepts any
+  // value in range, as the widget's editable readout does. onChange gets the new value; a refused value is said.
+  function numberControl(panel, o, onChange, say) {
+    var row = el("label", {"class": "ctl-x-control"}, panel);
+    el("span", {"class": "ctl-x-desc"}, row, o.label);
+    var f = o.log ? Math.log10 : function (v) { return v; }, g = o.log ? function (v) { return Math.pow(10, v); } : f;
+    var range = el("input", {type: "range", min: f(o.min), max: f(o.max), step: o.step, "data-ctl-control": o.name,
+                             "aria-label": o.name_long || o.label}, row);
+    var box = el("input", {type: "number", min: o.min, max: o.max, step: "any", "data-ctl-box": o.name,
+                           "aria-label": (o.name_long || o.label) + ", typed"}, row);
+    var said = function (v) { range.setAttribute("aria-valuetext", o.label + " = " + fmt(v, 3)); };
+    range.value = f(o.value); box.value = fmt(o.value, 4); said(o.value);
+    range.addEventListener("input", function () {
+      var v = o.integer ? Math.round(g(+range.value)) : g(+range.value);
+      box.value = fmt(v, 4); said(v); onChange(v);
+    });
+    box.addEventListener("change", function () {
+      var v = Number(box.value);
+      if (box.value.trim() === "" || !isFinite(v) || v < o.min || v > o.max || (o.integer && v !== Math.round(v))) {
+        say(o.label + " must be " + (o.integer ? "a whole number" : "a number") + " in [" + o.min + ", " + o.max + "], got " + box.value);
+        return;
+      }
+      range.value = f(v); said(v); onChange(v);
+    });
+    return {range: range, box: box, set: function (v, max) {
+      if (max != null) { range.max = f(max); box.max = max; o.max = max; }
+      range.value = f(v); box.value = fmt(v, 4); said(v);
+    }};
+  }
+
+  // ---- the temperature explorer ------------------------------------------------------------------------------
+  function TemperatureExplorer(host, spec) {
+    var self = this, s = copy(spec.state);
+    this.host = host; this.spec = spec; this.state = s; this.timings = [];
+    host.ctlState = s; host.ctlTimings = this.timings; host.ctlExplorable = this;
+    var panel = el("div", {"class": "ctl-x-controls"}, host), note = el("div", {"class": "ctl-x-readout"}, host);
+    var grid = el("div", {"class": "ctl-x-figures"}, host);
+    this.readout = note;
+    var say = function (msg) { note.innerHTML = ""; el("p", {"class": "ctl-x-refused"}, note, msg); };
+    var col1 = el("div", {"class": "ctl-x-column"}, panel), col2 = el("div", {"class": "ctl-x-column"}, panel);
+    var r = spec.ranges;
+    this.controls = {
+      tau: numberControl(col1, {name: "tau", label: "τ", name_long: "temperature τ", log: true, min: r.tau[0], max: r.tau[1], step: 0.01, value: s.tau},
+                         function (v) { s.tau = v; self.request("tau"); }, say),
+      alpha: numberControl(col1, {name: "alpha", label: "α", name_long: "α, the fraction of negatives the hard loss keeps", min: r.alpha[0], max: r.alpha[1], step: 0.01, value: s.alpha},
+                           function (v) { s.alpha = v; self.request("alpha"); }, say),
+      lam: numberControl(col1, {name: "lam", label: "λ", name_long: "λ, the weight of the simple loss's negatives", log: true, min: r.lam[0], max: r.lam[1], step: 0.01, value: s.lam},
+                         function (v) { s.lam = v; self.request("lam"); }, say)};
+    var srow = el("label", {"class": "ctl-x-control"}, col2);
+    el("span", {"class": "ctl-x-desc"}, srow, "negatives");
+    var select = el("select", {"data-ctl-control": "source", "aria-label": "the set of negatives"}, srow);
+    Object.keys(spec.sources).forEach(function (key) {
+      var opt = el("option", {value: key}, select, spec.sources[key].label);
+      if (key === s.source) opt.selected = true;
+    });
+    this.controls.k = numberControl(col2, {name: "k", label: "K", name_long: "K, the number of negatives", integer: true, min: 2, max: spec.sources[s.source].max_k, step: 1,
+                                           value: s.k}, function (v) { s.k = v; self.request("k"); }, say);
+    this.controls.pos = numberControl(col2, {name: "pos", label: "s_ii", name_long: "s_ii, the positive's similarity", min: r.pos[0], max: r.pos[1], step: 0.01, value: s.pos},
+                                      function (v) { s.pos = v; self.request("pos"); }, say);
+    this.select = select;
+    select.addEventListener("change", function () {  // a new kind of set: K clamped to what it has, s_ii its own
+      s.source = select.value;
+      var src = spec.sources[s.source];
+      s.k = Math.min(s.k, src.max_k); s.pos = src.pos;
+      self.controls.k.set(s.k, src.max_k); self.controls.pos.set(s.pos);
+      self.request("source");
+    });
+    var lrow = el("label", {"class": "ctl-x-control"}, col2), log = el("input", {type: "checkbox", "data-ctl-control": "log_r", "aria-label": "r_i on a log scale"}, lrow);
+    el("span", {}, lrow, " log scale for r_i");
+    log.checked = !!s.log_r; this.logBox = log;
+    log.addEventListener("change", function () { s.log_r = log.checked; self.request("log_r"); });
+    // a reset, the presets (the paper's figure, each exercise's starting setting) and the state in the page's address
+    var brow = el("div", {"class": "ctl-x-control ctl-x-buttons"}, col2);
+    var reset = el("button", {type: "button", "data-ctl-control": "reset"}, brow, "↺ reset");
+    reset.addEventListener("click", function () { self.apply(spec.state); });
+    var prow = el("label", {"class": "ctl-x-control"}, col1);
+    el("span", {"class": "ctl-x-desc"}, prow, "preset");
+    var presets = el("select", {"data-ctl-control": "preset", "aria-label": "a preset setting"}, prow);
+    el("option", {value: ""}, presets, "choose a setting…");
+    PRESETS.forEach(function (p, i) { el("option", {value: String(i)}, presets, p.label); });
+    presets.addEventListener("change", function () {
+      if (presets.value === "") return;
+      var p = PRESETS[+presets.value], st = copy(spec.state);
+      Object.keys(p.state).forEach(function (key) { st[key] = p.state[key]; });
+      if (p.state.source && p.state.pos == null) st.pos = spec.sources[st.source].pos;
+      if (p.state.k == null) st.k = Math.min(st.k, spec.sources[st.source].max_k);
+      self.apply(st);
+    });
+    this.presetSelect = presets;
+    this.figs = {}; this.divs = {};
+    ["penalty", "entropy", "loss", "gradient"].forEach(function (name) {
+      self.figs[name] = figure(spec, name);
+      self.divs[name] = el("div", {"class": "ctl-x-plot", "data-ctl-plot": name}, grid);
+      plotLabel(self.divs[name], self.figs[name]);
+    });
+    var fromUrl = readHash(spec);
+    if (fromUrl) Object.keys(fromUrl).forEach(function (key) { s[key] = fromUrl[key]; });
+    if (fromUrl) this.setControls();
+  }
+  // [WL21] Fig 3 and the settings lesson 02's exercises start from (the settings, not the answers)
+  var PRESETS = [
+    {label: "[WL21] Fig 3: r_i at τ = 0.07 (K = 256 spread)", state: {source: "spread", k: 256, tau: 0.07, alpha: 0.1, log_r: false}},
+    {label: "[WL21] Fig 3 on a log scale: the slope 1/τ", state: {source: "spread", k: 256, tau: 0.2, alpha: 0.1, log_r: true}},
+    {label: "Exercise 1: the nearest negative's share (τ = 0.05)", state: {source: "spread", k: 256, tau: 0.05, alpha: 0.1, log_r: false}},
+    {label: "Exercise 2: H(r_i) near log K (τ = 10)", state: {source: "spread", k: 256, tau: 10, alpha: 0.1, log_r: false}},
+    {label: "Exercise 3: the interval [s_α, 1] (α = 0.1)", state: {source: "spread", k: 256, tau: 0.2, alpha: 0.1, log_r: false}},
+    {label: "Real digits' negatives, τ = 0.2", state: {source: "digits", k: 1796, tau: 0.2, alpha: 0.1, log_r: false}}];
+  var HASH = "#explorer?", KEYS = ["tau", "alpha", "lam", "source", "k", "pos", "log_r"];
+  function readHash(spec) {  // the explorer's state from the page's address (#explorer?tau=…&…), checked against the ranges
+    if (location.hash.indexOf(HASH) !== 0) return null;
+    var q = new URLSearchParams(location.hash.slice(HASH.length)), out = {}, r = spec.ranges;
+    var num = function (key, lo, hi) { var v = Number(q.get(key)); if (q.has(key) && isFinite(v) && v >= lo && v <= hi) out[key] = v; };
+    if (q.has("source") && spec.sources[q.get("source")]) out.source = q.get("source");
+    var src = spec.sources[out.source || spec.state.source];
+    num("tau", r.tau[0], r.tau[1]); num("alpha", r.alpha[0], r.alpha[1]); num("lam", r.lam[0], r.lam[1]);
+    num("pos", r.pos[0], r.pos[1]); num("k", 2, src.max_k);
+    if (out.k != null) out.k = Math.round(out.k);
+    if (q.has("log_r")) out.log_r = q.get("log_r") === "1";
+    return out;
+  }
+  TemperatureExplorer.prototype.writeHash = function () {
+    var s = this.state, q = new URLSearchParams();
+    KEYS.forEach(function (key) { q.set(key, key === "log_r" ? (s.log_r ? "1" : "0") : typeof s[key] === "number" ? fmt(s[key], 6) : s[key]); });
+    try { history.replaceState(null, "", HASH + q.toString()); } catch (e) { /* a page that may not change its address */ }
+  };
+  TemperatureExplorer.prototype.setControls = function () {  // the controls show the state
+    var s = this.state, c = this.controls;
+    this.select.value = s.source;
+    c.k.set(s.k, this.spec.sources[s.source].max_k); c.tau.set(s.tau); c.alpha.set(s.alpha); c.lam.set(s.lam); c.pos.set(s.pos);
+    this.logBox.checked = !!s.log_r;
+  };
+  TemperatureExplorer.prototype.apply = function (state) {  // a whole new state (reset, preset): everything redrawn
+    var s = this.state;
+    KEYS.forEach(function (key) { if (state[key] != null) s[key] = state[key]; });
+    this.setControls();
+    return this.request("init");
+  };
+  TemperatureExplorer.prototype.negatives = function () {  // similarity_set(source, k, seed): (s_ii of the set, sorted negatives)
+    var s = this.state, src = this.spec.sources[s.source];
+    var neg = s.source === "spread" ? M.linspace(s.k) : src.draws.slice(0, s.k).sort(function (a, b) { return a - b; });
+    return neg;
+  };
+  // A control asks for a redraw; while one is being drawn, later requests are merged into the next, so that a fast
+  // drag draws its latest value instead of queueing every step it passed.
+  TemperatureExplorer.prototype.request = function (what) {
+    var self = this;
+    this.pending = this.pending || {};
+    this.pending[what] = true;
+    if (this.busy) return;
+    this.busy = true;
+    (function next() {
+      var kinds = self.pending; self.pending = null;
+      self.update(kinds).then(function () { if (self.pending) requestAnimationFrame(next); else self.busy = false; },
+                              function (e) { self.busy = false; throw e; });
+    })();
+  };
+  TemperatureExplorer.prototype.update = function (what) {  // what: a kind ("tau", "k", ...) or {kind: true, ...}
+    if (typeof what === "string") { var one = {}; one[what] = true; what = one; }
+    var t0 = performance.now(), s = this.state, spec = this.spec, F = this.figs, taus = spec.tau_grid, self = this;
+    var redoSet = what.init || what.source || what.k;
+    if (redoSet) {
+      this.neg = this.negatives();
+      var neg = this.neg, counts = M.histc(neg, spec.n_bins, -1, 1), centres = [];
+      for (var b = 0; b < spec.n_bins; b++) centres.push((b + 0.5) * 2 / spec.n_bins - 1);
+      spec.reference_taus.forEach(function (t, i) { F.penalty.data[2 + i].x = neg; F.penalty.data[2 + i].y = M.relativePenalty(neg, t); });
+      F.penalty.data[7].x = centres; F.penalty.data[7].y = counts;
+      this.histRange = [0, 4 * Math.max.apply(null, counts)];
+      F.entropy.data[0].x = taus; F.entropy.data[0].y = M.entropyCurve(neg, taus);
+      F.entropy.data[4].x = [taus[0], taus[taus.length - 1]]; F.entropy.data[4].y = [Math.log(neg.length), Math.log(neg.length)];
+    }
+    var neg = this.neg;
+    if (redoSet || what.pos) {
+      var c = this.curves = M.lossCurves(s.pos, neg, taus);
+      this.regimes = M.limitRegimes(c, taus);
+      var top = Math.max.apply(null, c.loss), bottom = Math.max(Math.min.apply(null, c.loss), top * 1e-4);
+      var low = taus[0], high = taus[taus.length - 1];
+      ["loss", "triplet", "simple"].forEach(function (name, i) { F.loss.data[i].x = taus; F.loss.data[i].y = c[name]; });
+      this.lossRange = [Math.log10(bottom) - 0.1, Math.log10(top) + 0.1];
+      var mid = function (a, b) { return (Math.log10(a) + Math.log10(b)) / 2; }, ann = F.loss.layout.annotations;
+      ann[0].x = mid(low, this.regimes[0] || low); ann[0].visible = !!this.regimes[0];
+      ann[1].x = mid(this.regimes[1] || high, high); ann[1].visible = !!this.regimes[1];
+      F.loss.layout.shapes[0].x0 = low; F.loss.layout.shapes[0].x1 = this.regimes[0] || low;
+      F.loss.layout.shapes[1].x0 = this.regimes[1] || high; F.loss.layout.shapes[1].x1 = high;
+    }
+    if (redoSet || what.alpha || !this.sAlpha) {
+      this.sAlpha = M.sAlpha(neg, s.alpha); this.nKept = M.nInformative(neg.length, s.alpha);
+      F.penalty.layout.shapes[0].x0 = this.sAlpha;
+      F.entropy.data[1].x = taus; F.entropy.data[1].y = M.entropyCurve(neg, taus, s.alpha);
+      F.entropy.data[5].x = [taus[0], taus[taus.length - 1]]; F.entropy.data[5].y = [Math.log(this.nKept), Math.log(this.nKept)];
+    }
+    F.penalty.data[6].y = [s.lam, s.lam];
+    F.penalty.layout.annotations[0].x = this.sAlpha;
+    F.penalty.layout.yaxis.type = s.log_r ? "log" : "linear";
+    // what depends on τ (every update but λ's and the log scale's redraws it: cheap next to plotting)
+    var r = this.r = M.relativePenalty(neg, s.tau), rh = this.rHard = M.relativePenalty(neg, s.tau, s.alpha);
+    F.penalty.data[0].x = neg; F.penalty.data[0].y = r; F.penalty.data[1].x = neg; F.penalty.data[1].y = rh;
+    this.h = M.penaltyEntropy(neg, s.tau); this.hHard = M.penaltyEntropy(neg, s.tau, s.alpha);
+    F.entropy.data[2].x = [s.tau]; F.entropy.data[2].y = [this.h]; F.entropy.data[3].x = [s.tau]; F.entropy.data[3].y = [this.hHard];
+    this.loss = M.contrastiveLoss(s.pos, neg, s.tau);
+    F.loss.data[3].x = [s.tau]; F.loss.data[3].y = [this.loss];
+    var g = M.lossGradients(s.pos, neg, s.tau), k = neg.length, nTop = Math.min(spec.n_top, k), rest = 0;
+    for (var j = 0; j < k - nTop; j++) rest += g.neg[j];
+    var heights = [-g.pos], texts = ["s_ii = " + s.pos.toFixed(3)];
+    for (var rank = 0; rank < spec.n_top; rank++) {
+      heights.push(rank < nTop ? g.neg[k - 1 - rank] : 0);
+      texts.push(rank < nTop ? "s = " + neg[k - 1 - rank].toFixed(3) : "");
+    }
+    heights.push(rest); texts.push((k - nTop) + " negatives");
+    heights.forEach(function (hgt, i) { F.gradient.data[i].y = [hgt]; F.gradient.data[i].hovertext = [texts[i]]; });
+    this.readout.innerHTML = this.readoutHtml();
+    // only the figures this change moves: λ and the log scale move r_i's plot alone, α the two of r_i and H(r_i),
+    // s_ii the loss and the bars; τ, K and the set move all four
+    var all = what.init || what.source || what.k || what.tau;
+    var moved = {penalty: all || what.alpha || what.lam || what.log_r, entropy: all || what.alpha,
+                 loss: all || what.pos, gradient: all || what.pos};
+    var ranges = {penalty: {yaxis2: this.histRange}, loss: {yaxis: this.lossRange}};
+    var names = ["penalty", "entropy", "loss", "gradient"].filter(function (name) { return moved[name]; });
+    s.redrawn = names;
+    var drawn = names.map(function (name) {
+      var fig = F[name], div = self.divs[name];
+      fitAxes(fig, ranges[name]);
+      fig.layout.datarevision = (fig.layout.datarevision || 0) + 1;
+      return Plotly.react(div, fig.data, fig.layout, CONFIG);
+    });
+    if (!what.init || location.hash.indexOf(HASH) === 0 || this.touched) this.writeHash();
+    if (!what.init) this.touched = true;
+    return Promise.all(drawn).then(function () { self.timings.push(performance.now() - t0); s.updates = (s.updates || 0) + 1; });
+  };
+  TemperatureExplorer.prototype.readoutHtml = function () {
+    var s = this.state, neg = this.neg, k = neg.length, r = this.r, rh = this.rHard;
+    var shares = function (x) { return [1, 5, 10].filter(function (n) { return n <= k; }).map(function (n) {
+      var t = 0; for (var i = k - n; i < k; i++) t += x[i]; return pct(t); }).join(" / "); };
+    var hard = M.contrastiveLoss(s.pos, neg, s.tau, s.alpha), simple = M.simpleLoss(s.pos, neg, s.lam), reg = this.regimes;
+    var regimes = (reg[0] ? "Eq 6 within 5% for τ ≤ " + fmt(reg[0], 3) : "Eq 6 never within 5%") + "; " +
+                  (reg[1] ? "Eq 7 within 5% for τ ≥ " + fmt(reg[1], 3) : "Eq 7 never within 5%");
+    return "<b>τ = " + fmt(s.tau, 3) + "</b>, <b>α = " + s.alpha.toFixed(2) + "</b>: the hard loss keeps the " + this.nKept +
+      " nearest of K = " + k + " negatives (s ≥ s_α = " + this.sAlpha.toFixed(3) + "); λ = " + fmt(s.lam, 2) +
+      " (λK = " + fmt(s.lam * k, 2) + "); s_ii = " + s.pos.toFixed(2) + "<br><b>H(r_i)</b> = " + this.h.toFixed(3) +
+      " nats of at most log K = " + Math.log(k).toFixed(3) + "; hard: " + this.hHard.toFixed(3) + " of log " + this.nKept + " = " +
+      Math.log(this.nKept).toFixed(3) + "<br><b>share of the push on the nearest 1 / 5 / 10 negatives</b>: " + shares(r) +
+      " (hard: " + shares(rh) + ")<br><b>loss</b> (Eq 1) = " + fmt(this.loss, 4) + "; hard (Eq 9) = " + fmt(hard, 4) +
+      "; simple (Eq 3, λ) = " + fmt(simple, 4) + "; " + regimes;
+  };
+
+  // ---- the hypersphere playground, replayed ------------------------------------------------------------------
+  function decode(b64, scale) {  // little-endian int16 → float64 / scale
+    var bytes = atob(b64), n = bytes.length / 2, out = new Float64Array(n);
+    for (var i = 0; i < n; i++) {
+      var v = bytes.charCodeAt(2 * i) | (bytes.charCodeAt(2 * i + 1) << 8);
+      out[i] = (v >= 32768 ? v - 65536 : v) / scale;
+    }
+    return out;
+  }
+  function Replay(host, spec) {
+    var self = this, s = copy(spec.state);
+    this.host = host; this.spec = spec; this.state = s; this.timer = null; this.decoded = {};
+    host.ctlState = s; host.ctlExplorable = this; host.ctlShownSteps = [];  // every step drawn, in order
+    var panel = el("div", {"class": "ctl-x-controls"}, host);
+    var row = el("label", {"class": "ctl-x-control"}, panel);
+    el("span", {"class": "ctl-x-desc"}, row, "loss");
+    this.lossSelect = el("select", {"data-ctl-control": "loss"}, row);
+    spec.losses.forEach(function (key) {
+      var o = el("option", {value: key}, self.lossSelect, spec.loss_labels[key]); if (key === s.loss) o.selected = true;
+    });
+    var trow = el("div", {"class": "ctl-x-control ctl-x-taus"}, panel);
+    el("span", {"class": "ctl-x-desc"}, trow, "τ");
+    this.tauButtons = spec.taus.map(function (t) {
+      var b = el("button", {type: "button", "data-ctl-tau": String(t)}, trow, String(t));
+      b.addEventListener("click", function () { s.tau = t; self.show(); });
+      return b;
+    });
+    var prow = el("div", {"class": "ctl-x-control"}, panel);
+    this.play = el("button", {type: "button", "data-ctl-control": "play"}, prow, "▶ play");
+    this.scrub = el("input", {type: "range", min: 0, max: spec.frame_steps.length - 1, step: 1, "data-ctl-control": "frame"}, prow);
+    this.scrub.value = s.frame;
+    this.scrub.setAttribute("aria-valuetext", "frame " + s.frame);
+    this.stepLabel = el("span", {"class": "ctl-x-value"}, prow);
+    this.readout = el("div", {"class": "ctl-x-readout"}, host);
+    var grid = el("div", {"class": "ctl-x-figures"}, host);
+    this.lossSelect.addEventListener("change", function () { s.loss = self.lossSelect.value; self.show(); });
+    this.scrub.addEventListener("input", function () { self.stop(); s.frame = +self.scrub.value; self.show(); });
+    this.play.addEventListener("click", function () { self.timer ? self.stop() : self.start(); });
+    this.figs = {sphere: figure(spec, "sphere"), history: figure(spec, "history")};
+    this.scrub.setAttribute("aria-label", "the step shown");
+    this.lossSelect.setAttribute("aria-label", "the loss");
+    this.divs = {sphere: el("div", {"class": "ctl-x-plot", "data-ctl-plot": "sphere"}, grid),
+                 history: el("div", {"class": "ctl-x-plot", "data-ctl-plot": "history"}, grid)};
+  }
+  Replay.prototype.run = function () {
+    var s = this.state, spec = this.spec, tauFree = spec.tau_free.indexOf(s.loss) >= 0;
+    return spec.runs.filter(function (r) { return r.loss === s.loss && (tauFree || r.tau === s.tau); })[0];
+  };
+  Replay.prototype.positions = function (run) {
+    if (!this.decoded[run.key]) this.decoded[run.key] = decode(run.frames, this.spec.scale);
+    return this.decoded[run.key];
+  };
+  Replay.prototype.start = function () {
+    var self = this, s = this.state, last = this.spec.frame_steps.length - 1;
+    if (s.frame >= last) s.frame = 0;
+    s.playing = true; this.play.textContent = "❚❚ pause";
+    this.timer = setInterval(function () {
+      if (s.frame >= last) { self.stop(); return; }
+      s.frame += 1; self.scrub.value = s.frame; self.show();
+    }, this.spec.frame_ms);
+    this.show();
+  };
+  Replay.prototype.stop = function () {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null; this.state.playing = false; this.play.textContent = "▶ play";
+  };
+  Replay.prototype.show = function () {
+    var s = this.state, spec = this.spec, run = this.run(), F = this.figs, self = this, tauFree = spec.tau_free.indexOf(s.loss) >= 0;
+    this.tauButtons.forEach(function (b, i) {
+      b.disabled = tauFree; b.classList.toggle("ctl-x-on", !tauFree && spec.taus[i] === s.tau);
+    });
+    var n = spec.labels.length, xyz = this.positions(run), base = s.frame * n * 3, step = spec.frame_steps[s.frame];
+    s.step = step; s.run = run.key; this.host.ctlShownSteps.push(step);
+    for (var c = 0; c < spec.n_classes; c++) { F.sphere.data[c].x = []; F.sphere.data[c].y = []; F.sphere.data[c].z = []; }
+    for (var i = 0; i < n; i++) {
+      var t = F.sphere.data[spec.labels[i]];
+      t.x.push(xyz[base + 3 * i]); t.y.push(xyz[base + 3 * i + 1]); t.z.push(xyz[base + 3 * i + 2]);
+    }
+    var steps = []; for (var j = 0; j <= step; j++) steps.push(j);
+    F.history.data[0].x = steps; F.history.data[0].y = run.uniformity.slice(0, step + 1);
+    F.history.data[1].x = steps; F.history.data[1].y = run.tolerance.slice(0, step + 1);
+    F.history.layout.xaxis.range = [0, spec.frame_steps[spec.frame_steps.length - 1]];
+    F.history.layout.yaxis.range = spec.uniformity_range; F.history.layout.yaxis2.range = spec.tolerance_range;
+    this.stepLabel.textContent = "step " + step + " of " + spec.frame_steps[spec.frame_steps.length - 1];
+    var u = run.uniformity[step], tol = run.tolerance[step];
+    this.readout.innerHTML = "<b>" + spec.loss_labels[s.loss] + "</b>" + (tauFree ? "" : ", <b>τ = " + s.tau + "</b>") +
+      " · step <b>" + step + "</b> · <b>uniformity</b> −L_u = " + u.toFixed(3) + " (uniform on S²: " + spec.uniform_limit.toFixed(3) +
+      ") · <b>tolerance</b> = " + tol.toFixed(3) + " (start: " + run.tolerance[0].toFixed(3) + ")";
+    return Promise.all(["sphere", "history"].map(function (name) {
+      F[name].layout.datarevision = (F[name].layout.datarevision || 0) + 1;
+      return Plotly.react(self.divs[name], F[name].data, F[name].layout, CONFIG);
+    })).then(function () { s.shown = (s.shown || 0) + 1; });
+  };
+
+  // ---- a stepper: figures the library drew for every combination of a few discrete controls ---------------------
+  function Stepper(host, spec) {
+    var self = this, s = {choice: spec.controls.map(function (c) { return c.index; })};
+    this.host = host; this.spec = spec; this.state = s;
+    host.ctlState = s; host.ctlExplorable = this;
+    var panel = el("div", {"class": "ctl-x-controls"}, host);
+    this.selects = spec.controls.map(function (c, i) {
+      var row = el("label", {"class": "ctl-x-control"}, panel);
+      el("span", {"class": "ctl-x-desc"}, row, c.label);
+      var select = el("select", {"data-ctl-control": c.name}, row);
+      c.options.forEach(function (label, j) { var o = el("option", {value: String(j)}, select, label); if (j === c.index) o.selected = true; });
+      select.addEventListener("change", function () { s.choice[i] = +select.value; self.show(); });
+      return select;
+    });
+    this.note = el("div", {"class": "ctl-x-readout"}, host);
+    var grid = el("div", {"class": "ctl-x-figures ctl-x-wide"}, host);
+    this.divs = spec.figure_names.map(function (name) { return el("div", {"class": "ctl-x-plot", "data-ctl-plot": name}, grid); });
+  }
+  Stepper.prototype.show = function () {
+    var self = this, s = this.state, key = s.choice.join("-"), shown = this.spec.states[key];
+    s.key = key;
+    this.note.innerHTML = shown.note || "";
+    return Promise.all(shown.figures.map(function (f, i) {
+      var fig = copy(f); fig.layout.template = self.spec.template; fitScreen(fig.layout);
+      return Plotly.react(self.divs[i], fig.data, fig.layout, CONFIG);
+    })).then(function () { s.shown = (s.shown || 0) + 1; });
+  };
+
+  var kinds = {"figure-stepper": function (host, spec) { return new Stepper(host, spec).show(); },
+               "temperature-explorer": function (host, spec) { var x = new TemperatureExplorer(host, spec); return x.update("init"); },
+               "hypersphere-replay": function (host, spec) { return new Replay(host, spec).show(); }};
+  window.ctlExplorables = {
+    math: M,
+    init: function () {
+      return Promise.all(Array.prototype.map.call(document.querySelectorAll("div.ctl-explorable"), function (host) {
+        var spec = JSON.parse(host.querySelector("script[type='application/json']").textContent);
+        var fallback = host.querySelector(".ctl-x-fallback");
+        if (fallback) fallback.remove();
+        if (!kinds[spec.kind]) throw new Error("unknown explorable: " + spec.kind);
+        return kinds[spec.kind](host, spec);
+      }));
+    }
+  };
+})();
