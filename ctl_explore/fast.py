@@ -143,9 +143,10 @@ def fast_epoch_applies(state, train: ImageData) -> bool:
     "Whether `fast_train_epoch` gives `state`'s epoch the same numbers: one process on the CPU, images in a tensor, lesson 07's step, no random numbers drawn inside the step."
     from ctl_explore.distributed import _distributed
     from ctl_explore.losses import loss_spec
-    from ctl_explore.train import training_step
+    from ctl_explore.train import _LESSON_STEP
     return (not _plain and _distributed()[1] == 1 and isinstance(train.images, Tensor) and state.generator.device.type == "cpu"
-            and train.images.device.type == "cpu" and state.step in (None, training_step) and loss_spec(state.config.loss).level != "feature")
+            and train.images.device.type == "cpu" and state.step in (None, _LESSON_STEP) and state.config.compile != "step"
+            and loss_spec(state.config.loss).level != "feature")
 
 def fast_train_epoch(state, train: ImageData, bar, log_every: int = 25) -> Tensor:
     "Lesson 07's `_train_epoch` with the random numbers and views of a stretch of steps made at once: the same draws in the same order, the same steps, the same losses; their sum, on the device."

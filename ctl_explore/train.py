@@ -424,6 +424,8 @@ def training_step(
     x = [augment_view(images[part], params, d[part]) for d in draws]
     return step_on_views(state, x, idx, part)
 
+_LESSON_STEP = training_step  # this lesson's step, even where `training_step` is replaced: the only one appendix 14's epoch runs
+
 def step_on_views(
     state: TrainState,
     x: list[Tensor],                     # this process's augmented views (one with the bank, two with negatives="batch")

@@ -247,7 +247,10 @@ def test_the_fast_epoch_is_not_taken_where_it_would_change_the_numbers():
     state = new_state(config, train, torch.device("cpu"))
     assert fast_module.fast_epoch_applies(state, train)
     with fast_module.plain_epochs(): assert not fast_module.fast_epoch_applies(state, train)
-    state.step = torch.compile  # any step but lesson 07's (compile="step" gives torch.compile(training_step))
+    state.step = lambda *a: None  # any step but lesson 07's own, e.g. one a test put in place of train.training_step
+    assert not fast_module.fast_epoch_applies(state, train)
+    state.step = None
+    state.config = PretrainConfig(width=4, image_size=8, epochs=1, compile="step")  # torch.compile(training_step)
     assert not fast_module.fast_epoch_applies(state, train)
     swd = PretrainConfig(width=4, image_size=8, epochs=1, loss="align_swd", negatives="batch")  # draws projections in the step
     assert not fast_module.fast_epoch_applies(new_state(swd, train, torch.device("cpu")), train)
