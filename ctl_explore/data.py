@@ -27,9 +27,9 @@ from .run_folders import RunFolderError, write_atomic
 __all__ = ['IMAGENET100_CLASSES', 'CACHE_ENV', 'EVAL_CROP_FRACTION', 'LOAD_OPTIONS', 'DATASETS', 'FULL_IMAGE_SIZE',
            'NORMALIZATION', 'ImageData', 'stratified_split', 'DatasetNotFoundError', 'CorruptImageError', 'data_root',
            'imagenet100_files', 'imagenet_cache_dir', 'decode_image_file', 'FullImages', 'ImageFiles', 'DatasetSpec',
-           'register_dataset', 'dataset_spec', 'load_dataset', 'sample_crop_boxes', 'resized_crop', 'grayscale',
-           'hue_shift', 'adjust_color', 'gaussian_blur', 'image_stats', 'AugmentParams', 'augment_params', 'ViewDraws',
-           'sample_view', 'augment_view', 'TwoViewAugment', 'to_float']
+           'register_dataset', 'dataset_spec', 'load_dataset', 'sample_crop_boxes', 'crop_boxes_from', 'resized_crop',
+           'grayscale', 'hue_shift', 'adjust_color', 'gaussian_blur', 'image_stats', 'AugmentParams', 'augment_params',
+           'ViewDraws', 'sample_view', 'view_draws_from', 'augment_view', 'TwoViewAugment', 'to_float']
 
 # %% ../nbs/04_data.ipynb #9b3c1c68
 def _check_uint8_images(name: str, images) -> Tensor:
@@ -627,6 +627,14 @@ def sample_crop_boxes(
     check_interval("scale", scale, 1e-6, 1.0); check_interval("ratio", ratio, 1e-6, math.inf)
     u = _uniform((n, tries, 2), generator)
     v = _uniform((n, 2), generator)
+    return crop_boxes_from(u, v, height, width, scale, ratio)
+
+def crop_boxes_from(
+    u: Tensor, v: Tensor,                     # the uniform draws of `sample_crop_boxes`: [n, tries, 2] and [n, 2]
+    height: int | Tensor, width: int | Tensor,
+    scale: tuple[float, float] = (0.2, 1.0), ratio: tuple[float, float] = (3 / 4, 4 / 3),
+) -> Tensor:
+    "The crop boxes [n, 4] that `sample_crop_boxes` makes of its uniform draws `u` and `v` (one row per image)."
     side = lambda s: (s.to(u.device, torch.float32).reshape(-1, 1) if isinstance(s, Tensor)  # [n, 1] per image, or
                       else torch.full((1, 1), float(s), device=u.device))                  # [1, 1] made on the device
     H, W = side(height), side(width)
@@ -873,10 +881,12 @@ def sample_view(params: AugmentParams, n: int, height: int | Tensor, width: int 
     if params.size is None and isinstance(height, Tensor):
         raise ValueError("params.size must be set when the images differ in size (height and width given per image)")
     boxes = sample_crop_boxes(n, height, width, params.crop_scale, params.crop_ratio, generator)
-    u = _uniform((n, 10), generator)
+    return view_draws_from(params, boxes, _uniform((n, 10), generator), params.size or height)
+
+def view_draws_from(params: AugmentParams, boxes: Tensor, u: Tensor, size: int | Tensor) -> ViewDraws:
+    "The `ViewDraws` that `sample_view` makes of its crop `boxes` [n, 4] and its other uniform draws `u` [n, 10] (`size`: the output side)."
     jitter = (u[:, 2] < params.jitter_p).to(u.dtype)
     factor = lambda col, amount: 1 + jitter * amount * (2 * u[:, col] - 1)  # U(1 - amount, 1 + amount) when jittered
-    size = params.size or height
     lo, hi = params.blur_sigma
     return ViewDraws(
         boxes=boxes, flip=u[:, 0] < params.flip_p, angle=params.max_rotation * (2 * u[:, 1] - 1),

@@ -5,17 +5,23 @@
 # %% ../nbs/14_under_the_hood.ipynb #dd44fee5
 from __future__ import annotations
 
+import contextlib
+import inspect
+import time
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from .checks import check_bank_inputs, check_positive
+from .checks import check_bank_inputs, check_positive, value_checks
+from .data import ImageData, ViewDraws, augment_view, crop_boxes_from, sample_crop_boxes, view_draws_from
 from .losses import n_informative, reduce_loss
 from .selection import can_select_fast, compact_top_k
 
 # %% auto #0
-__all__ = ['similarity_dtype', 'fast_bank_contrastive_loss']
+__all__ = ['VIEW_BYTES', 'similarity_dtype', 'fast_bank_contrastive_loss', 'plain_epochs', 'stacked_view_draws',
+           'fast_epoch_applies', 'fast_train_epoch']
 
 # %% ../nbs/14_under_the_hood.ipynb #0b633438
 def _softmax_(x: Tensor) -> Tensor:
@@ -105,3 +111,63 @@ def fast_bank_contrastive_loss(
         k = n_informative(bank.shape[0] - 1, alpha)
         if k == bank.shape[0] - 1: k = None  # every negative kept: Eq 1
     return reduce_loss(_BankNLL.apply(q, bank, idx, tau, k), reduction)
+
+# %% ../nbs/14_under_the_hood.ipynb #f1a5e7b0
+_TRIES = inspect.signature(sample_crop_boxes).parameters["tries"].default  # sample_crop_boxes' tries per box
+_UNIFORMS = 2 * _TRIES + 2 + 10  # the uniform numbers sample_view draws per image: the boxes' tries and position, then ten more
+VIEW_BYTES = 32 * 2**20          # the most memory the views of one stretch of steps may take
+_plain = False
+
+@contextlib.contextmanager
+def plain_epochs():
+    "Inside the block, `pretrain` runs lesson 07's plain loop, one batch's augmentation per step (to compare with, or to time)."
+    global _plain
+    before, _plain = _plain, True
+    try: yield
+    finally: _plain = before
+
+def stacked_view_draws(params, steps: int, n: int, views: int, height: int, width: int,
+                       generator: torch.Generator) -> list[ViewDraws]:
+    "The draws of `steps` × `views` calls of `sample_view(params, n, height, width, generator)` in turn (as `view_draws` makes them, step after step), drawn at once: one `ViewDraws` of steps·n rows per view, the same numbers."
+    flat = torch.rand(steps * views * n * _UNIFORMS, generator=generator, device=generator.device).view(steps, views, n * _UNIFORMS)
+    a, b = n * 2 * _TRIES, n * (2 * _TRIES + 2)  # each call draws [n, tries, 2], then [n, 2], then [n, 10]
+    out = []
+    for v in range(views):
+        f = flat[:, v]
+        boxes = crop_boxes_from(f[:, :a].reshape(steps * n, _TRIES, 2), f[:, a:b].reshape(steps * n, 2), height, width,
+                                params.crop_scale, params.crop_ratio)
+        out.append(view_draws_from(params, boxes, f[:, b:].reshape(steps * n, 10), params.size or height))
+    return out
+
+def fast_epoch_applies(state, train: ImageData) -> bool:
+    "Whether `fast_train_epoch` gives `state`'s epoch the same numbers: one process on the CPU, images in a tensor, lesson 07's step, no random numbers drawn inside the step."
+    from ctl_explore.distributed import _distributed
+    from ctl_explore.losses import loss_spec
+    from ctl_explore.train import _LESSON_STEP
+    return (not _plain and _distributed()[1] == 1 and isinstance(train.images, Tensor) and state.generator.device.type == "cpu"
+            and train.images.device.type == "cpu" and state.step in (None, _LESSON_STEP) and state.config.compile != "step"
+            and loss_spec(state.config.loss).level != "feature")
+
+def fast_train_epoch(state, train: ImageData, bar, log_every: int = 25) -> Tensor:
+    "Lesson 07's `_train_epoch` with the random numbers and views of a stretch of steps made at once: the same draws in the same order, the same steps, the same losses; their sum, on the device."
+    from ctl_explore.train import step_on_views
+    config, b = state.config, state.config.batch_size
+    views = 1 if config.negatives == "bank" else 2
+    params, (c, height, width) = state.augment.params, train.images.shape[1:]
+    size = params.size or height
+    stretch = max(1, VIEW_BYTES // (b * views * c * size * size * 4))
+    steps = len(bar)
+    order = torch.randperm(len(train), generator=state.generator, device=state.generator.device)
+    total, start = torch.zeros((), device=order.device), time.perf_counter()
+    with value_checks(False):
+        for k in bar:
+            j = k % stretch
+            if j == 0:
+                m = min(stretch, steps - k)
+                draws = stacked_view_draws(params, m, b, views, height, width, state.generator)
+                x = [augment_view(train.images[order[k * b:(k + m) * b]], params, d) for d in draws]
+            total += step_on_views(state, [v[j * b:(j + 1) * b] for v in x], order[k * b:(k + 1) * b])
+            if not bar.disable and (k + 1) % log_every == 0:
+                bar.set_postfix(loss=f"{total.item() / (k + 1):.3f}",
+                                img_s=f"{(k + 1) * b / (time.perf_counter() - start):.0f}")
+    return total

@@ -45,7 +45,7 @@ __all__ = ['NEGATIVES', 'PRECISIONS', 'PRECISION_CHOICES', 'MIN_IMAGE_SIZE', 'MA
            'PretrainConfig', 'default_lam', 'negatives_seen', 'lr_at', 'resolve_precision', 'run_identity',
            'load_checkpoint', 'check_run_folder', 'embed', 'evaluates_at', 'monitor_rows', 'evaluate',
            'TrainingDivergedError', 'TrainingInterrupted', 'threads_for', 'build_model', 'TrainState', 'view_draws',
-           'gradient_step', 'training_step', 'new_state', 'pretrain']
+           'gradient_step', 'training_step', 'step_on_views', 'new_state', 'pretrain']
 
 # %% ../nbs/07_pretrain.ipynb #6dbc4a4b
 NEGATIVES = ("bank", "batch")
@@ -407,9 +407,20 @@ def training_step(
     part: slice = slice(None),           # this process's rows of the global batch
 ) -> Tensor:
     "One SGD step: augment this process's `part` of the batch, embed, loss, backward, update (and the bank); the loss, detached, left on the device."
+    x = [augment_view(images[part], params, d[part]) for d in draws]
+    return step_on_views(state, x, idx, part)
+
+_LESSON_STEP = training_step  # this lesson's step, even where `training_step` is replaced: the only one appendix 14's epoch runs
+
+def step_on_views(
+    state: TrainState,
+    x: list[Tensor],                     # this process's augmented views (one with the bank, two with negatives="batch")
+    idx: Tensor,                         # [B] the global batch's rows of the training set
+    part: slice = slice(None),           # this process's rows of the global batch
+) -> Tensor:
+    "The step after the augmentation: embed the views, loss, backward, update (and the bank); the loss, detached, left on the device."
     config, loss_params = state.config, state.loss_params
     bank = state.bank if config.negatives == "bank" else None
-    x = [augment_view(images[part], params, d[part]) for d in draws]
     n = len(x[0])
     def loss_of(z: Tensor) -> Tensor:
         if bank is not None: return bank.loss(z, idx[part], config.loss, **loss_params)
@@ -425,6 +436,8 @@ LOG_EVERY = 25  # steps between two updates of the progress bar's running loss, 
 
 def _train_epoch(state: TrainState, train: ImageData, bar: tqdm, log_every: int = LOG_EVERY) -> Tensor:
     "The steps of one epoch; the sum of their losses, on the device. Nothing is read on the host except the bar's loss every `log_every` steps."
+    from ctl_explore.fast import fast_epoch_applies, fast_train_epoch  # appendix 14: the same steps with each stretch of steps' views made at once
+    if fast_epoch_applies(state, train): return fast_train_epoch(state, train, bar, log_every)
     rank, world = _distributed()
     config, step = state.config, state.step or training_step
     local = config.batch_size // world

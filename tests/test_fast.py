@@ -173,3 +173,84 @@ def test_fast_bank_loss_reads_no_value_when_checks_are_off(monkeypatch, compiled
         with value_checks(False), count_host_syncs() as off:
             fast_bank_contrastive_loss(q, bank, idx, 0.07, alpha).backward()
         assert off.total == 0, off.ops
+
+
+# --- the training epoch with a stretch of steps' views made at once (appendix 14) ---------------------------------------
+
+from ctl_explore.data import TwoViewAugment, sample_view  # noqa: E402
+from ctl_explore.train import PretrainConfig, pretrain  # noqa: E402
+
+_TIMING = ("images_per_s", "epoch_time_s", "wall_time_s")
+
+
+@pytest.mark.parametrize("views", [1, 2])
+@pytest.mark.parametrize("dataset,size", [("digits", 8), ("cifar10", 12)])
+def test_stacked_view_draws_are_the_step_by_step_draws(views, dataset, size):
+    recipe = TwoViewAugment(dataset, size=size).params  # cifar10's recipe jitters, greys and blurs: every field drawn
+    g1, g2 = torch.Generator().manual_seed(11), torch.Generator().manual_seed(11)
+    one_by_one = [[sample_view(recipe, 24, 16, 16, g1) for _ in range(views)] for _ in range(5)]
+    at_once = fast_module.stacked_view_draws(recipe, 5, 24, views, 16, 16, g2)
+    assert len(at_once) == views
+    for v in range(views):
+        for field in ("boxes", "flip", "angle", "brightness", "contrast", "saturation", "hue", "gray", "blur_sigma"):
+            assert torch.equal(getattr(at_once[v], field), torch.cat([getattr(s[v], field) for s in one_by_one])), field
+    assert torch.equal(g1.get_state(), g2.get_state())  # the generator ends where the steps would leave it
+    assert not torch.equal(at_once[0].boxes, fast_module.stacked_view_draws(recipe, 5, 24, views, 16, 16, g2)[0].boxes)
+
+
+def _trained(tmp_path, config: PretrainConfig, plain: bool, name: str) -> dict:
+    out = tmp_path / name
+    if plain:
+        with fast_module.plain_epochs(): pretrain(config, out, quiet=True)
+    else: pretrain(config, out, quiet=True)
+    return torch.load(out / "checkpoint.pt", weights_only=False)
+
+
+def _assert_same_run(a: dict, b: dict) -> None:
+    for k in a["model"]: assert torch.equal(a["model"][k], b["model"][k]), k
+    assert torch.equal(a["bank"]["features"], b["bank"]["features"]) and torch.equal(a["generator"], b["generator"])
+    for s, t in zip(a["optimizer"]["state"].values(), b["optimizer"]["state"].values()):
+        assert torch.equal(s["momentum_buffer"], t["momentum_buffer"])
+    strip = lambda h: [{k: v for k, v in r.items() if k not in _TIMING} for r in h]
+    assert strip(a["history"]) == strip(b["history"])  # losses, uniformity, tolerance, alignment, kNN of every epoch
+
+
+@pytest.mark.parametrize("changes", [dict(), pytest.param(dict(loss="hard_contrastive", tau=0.1), marks=pytest.mark.slow),
+                                     pytest.param(dict(loss="simple"), marks=pytest.mark.slow), dict(negatives="batch", batch_size=64)])
+def test_the_fast_epoch_trains_the_plain_epochs_weights(tmp_path, monkeypatch, changes):
+    "The default study's kind of run, 3 epochs: the fast epoch gives bit-identical weights, bank, generator, optimizer and records."
+    config = PretrainConfig(width=4, image_size=8, epochs=3, eval_every=2, **changes)
+    calls = []
+    real = fast_module.fast_train_epoch
+    monkeypatch.setattr(fast_module, "fast_train_epoch", lambda *a, **k: calls.append(1) or real(*a, **k))
+    plain = _trained(tmp_path, config, True, "plain")
+    assert calls == []
+    fast = _trained(tmp_path, config, False, "fast")
+    assert len(calls) == 3  # the fast path really ran, every epoch
+    _assert_same_run(plain, fast)
+
+
+@pytest.mark.slow
+def test_the_fast_epoch_across_stretches_and_a_resume(tmp_path, monkeypatch):
+    "Stretches of 2 steps over an epoch of 5 (the last one short), stopped after 2 epochs and resumed: still the plain run."
+    config = PretrainConfig(width=4, image_size=8, epochs=3, batch_size=256)  # 1438 // 256 = 5 steps
+    monkeypatch.setattr(fast_module, "VIEW_BYTES", 2 * 256 * 64 * 4)
+    plain = _trained(tmp_path, config, True, "plain")
+    pretrain(config, tmp_path / "fast", quiet=True, until_epoch=2)
+    _assert_same_run(plain, _trained(tmp_path, config, False, "fast"))
+
+
+def test_the_fast_epoch_is_not_taken_where_it_would_change_the_numbers():
+    from ctl_explore.train import _load_data, new_state
+    config = PretrainConfig(width=4, image_size=8, epochs=1)
+    train, _ = _load_data(config, torch.device("cpu"), True)
+    state = new_state(config, train, torch.device("cpu"))
+    assert fast_module.fast_epoch_applies(state, train)
+    with fast_module.plain_epochs(): assert not fast_module.fast_epoch_applies(state, train)
+    state.step = lambda *a: None  # any step but lesson 07's own, e.g. one a test put in place of train.training_step
+    assert not fast_module.fast_epoch_applies(state, train)
+    state.step = None
+    state.config = PretrainConfig(width=4, image_size=8, epochs=1, compile="step")  # torch.compile(training_step)
+    assert not fast_module.fast_epoch_applies(state, train)
+    swd = PretrainConfig(width=4, image_size=8, epochs=1, loss="align_swd", negatives="batch")  # draws projections in the step
+    assert not fast_module.fast_epoch_applies(new_state(swd, train, torch.device("cpu")), train)
