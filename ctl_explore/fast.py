@@ -139,18 +139,16 @@ def stacked_view_draws(params, steps: int, n: int, views: int, height: int, widt
         out.append(view_draws_from(params, boxes, f[:, b:].reshape(steps * n, 10), params.size or height))
     return out
 
-def fast_epoch_applies(state, train: ImageData) -> bool:
-    "Whether `fast_train_epoch` gives `state`'s epoch the same numbers: one process on the CPU, images in a tensor, lesson 07's step, no random numbers drawn inside the step."
+def fast_epoch_applies(state, train: ImageData, lesson_step=None) -> bool:
+    "Whether `fast_train_epoch` gives `state`'s epoch the same numbers: one process on the CPU, images in a tensor, lesson 07's step (`lesson_step`, which lesson 07 passes in), no random numbers drawn inside the step."
     from ctl_explore.distributed import _distributed
     from ctl_explore.losses import loss_spec
-    from ctl_explore.train import _LESSON_STEP
     return (not _plain and _distributed()[1] == 1 and isinstance(train.images, Tensor) and state.generator.device.type == "cpu"
-            and train.images.device.type == "cpu" and state.step in (None, _LESSON_STEP) and state.config.compile != "step"
+            and train.images.device.type == "cpu" and state.step in (None, lesson_step) and state.config.compile != "step"
             and loss_spec(state.config.loss).level != "feature")
 
-def fast_train_epoch(state, train: ImageData, bar, log_every: int = 25) -> Tensor:
+def fast_train_epoch(state, train: ImageData, bar, step_on_views, log_every: int = 25) -> Tensor:
     "Lesson 07's `_train_epoch` with the random numbers and views of a stretch of steps made at once: the same draws in the same order, the same steps, the same losses; their sum, on the device."
-    from ctl_explore.train import step_on_views
     config, b = state.config, state.config.batch_size
     views = 1 if config.negatives == "bank" else 2
     params, (c, height, width) = state.augment.params, train.images.shape[1:]

@@ -437,7 +437,7 @@ LOG_EVERY = 25  # steps between two updates of the progress bar's running loss, 
 def _train_epoch(state: TrainState, train: ImageData, bar: tqdm, log_every: int = LOG_EVERY) -> Tensor:
     "The steps of one epoch; the sum of their losses, on the device. Nothing is read on the host except the bar's loss every `log_every` steps."
     from ctl_explore.fast import fast_epoch_applies, fast_train_epoch  # appendix 14: the same steps with each stretch of steps' views made at once
-    if fast_epoch_applies(state, train): return fast_train_epoch(state, train, bar, log_every)
+    if fast_epoch_applies(state, train, _LESSON_STEP): return fast_train_epoch(state, train, bar, step_on_views, log_every)
     rank, world = _distributed()
     config, step = state.config, state.step or training_step
     local = config.batch_size // world
