@@ -178,6 +178,11 @@ def grade(paths, out: str | Path = "grades.csv", time_limit: float = 120, echo=p
 def _solutions_dir() -> Path:
     return Path(__file__).resolve().parent.parent / "nbs" / "solutions"
 
+def _math(text: str) -> str:
+    "Markdown whose $…$ and $$…$$ survive the markdown renderer as MathJax's \\( … \\) and \\[ … \\]."
+    text = re.sub(r"\$\$(.+?)\$\$", lambda m: "\\\\[" + m.group(1) + "\\\\]", text, flags=re.S)
+    return re.sub(r"(?<![\\$])\$(.+?)\$", lambda m: "\\\\(" + m.group(1).replace("_", "\\_").replace("*", "\\*") + "\\\\)", text)
+
 def answer_key(out: str | Path, solutions: str | Path | None = None, numbers: bool = True) -> Path:
     "Write the instructor's answer key to `out/index.html` (MathJax beside it when jupyter-server-mathjax is installed)."
     import mistune
@@ -196,15 +201,18 @@ def answer_key(out: str | Path, solutions: str | Path | None = None, numbers: bo
         parts = []
         for c in nb.cells[1:]:
             text = c.source
-            if c.cell_type == "markdown":
-                text = re.sub(r"\$\$(.+?)\$\$", lambda m: "\\\\[" + m.group(1) + "\\\\]", text, flags=re.S)
-                text = re.sub(r"(?<![\\$])\$(.+?)\$", lambda m: "\\\\(" + m.group(1).replace("_", "\\_").replace("*", "\\*") + "\\\\)", text)
-                parts.append(dict(kind="prose", html=md(text)))
+            if c.cell_type == "markdown": parts.append(dict(kind="prose", html=md(_math(text))))
             elif not text.lstrip().startswith(("from ctl_explore.exercises import", "import")):
                 parts.append(dict(kind="code", text=text))
         nums = [(e.key, answer_numbers(e.key)) for e in exercises_of(p.stem[:2])] if numbers else []
         title = nb.cells[0].source.splitlines()[0].lstrip("# ") if nb.cells else p.stem
         lessons.append(dict(stem=p.stem, title=title, parts=parts, numbers=nums))
+    from ctl_explore.course import answer_key as further_key, lessons as course_lessons
+    for p in course_lessons(solutions.parent):  # further lessons keep their solutions after their references
+        key = further_key(p) if not exercises_of(p.stem[:2]) else {"solutions": []}
+        if key["solutions"]:
+            parts = [dict(kind="prose", html=md(_math(q))) for q in key["questions"]] + [dict(kind="code", text=s) for s in key["solutions"]]
+            lessons.append(dict(stem=p.stem, title=f"Lesson {p.stem}", parts=parts, numbers=[]))
     spec = importlib.util.find_spec("jupyter_server_mathjax")
     local = spec is not None and spec.submodule_search_locations and (Path(spec.submodule_search_locations[0]) / "static" / "MathJax.js").exists()
     if local:

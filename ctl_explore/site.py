@@ -544,17 +544,16 @@ EXPLORABLES_LINK = ('<p class="ctl-explorables-link"><a href="explorables.html">
                     'explorer and hypersphere playground, and lessons 09 and 12\'s shipped results one setting at a time, '
                     'working in the page with no Python behind them.</p>')
 
-INSTRUCTORS_LINK = ('<p class="ctl-instructors-link"><a href="instructors.html">For instructors</a>: the class plans and reading times, '
-                    '<a href="figures.html">the key figures one per screen</a>, and <a href="answer-key.html">the answer key</a>.</p>')
+INSTRUCTORS_LINK = ('<p class="ctl-instructors-link"><a href="instructors.html">For instructors</a>: the class plans and reading times '
+                    'and <a href="figures.html">the key figures one per screen</a>; the answer key is built apart, never published.</p>')
 
 def _instructors_pages(out: Path, nbs: Path, titles: dict[str, str], failed_pages: list[str], nav: str) -> None:
-    "instructors.html, figures.html (each core lesson's first figure, from its page on this site) and answer-key.html (appendix 93)."
-    from ctl_explore.course import KEY_FIGURE_LESSONS, answer_key_html, figures_page, instructors_page
+    "instructors.html and figures.html (each core lesson's first figure, from its page on this site); no answer key (appendix 98 builds it apart)."
+    from ctl_explore.course import KEY_FIGURE_LESSONS, figures_page, instructors_page
     pages = {stem: (out / f"{stem}.html").read_text(encoding="utf-8") for stem in KEY_FIGURE_LESSONS
              if (out / f"{stem}.html").exists() and f"{stem}.html" not in failed_pages}
     (out / "instructors.html").write_text(instructors_page(nbs, nav), encoding="utf-8")
     (out / "figures.html").write_text(figures_page(pages, titles, nav), encoding="utf-8")
-    (out / "answer-key.html").write_text(answer_key_html(nbs), encoding="utf-8")
 
 def build_site(out: str | Path = "_site", nbs: str | Path | None = None, jobs: int = 2, only: str | None = None,
                progress: bool = True, explorables: bool = True) -> Path:
