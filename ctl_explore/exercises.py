@@ -32,10 +32,10 @@ import ctl_explore
 # %% auto #0
 __all__ = ['RESULTS', 'PREDICTIONS', 'CHECKS', 'LIBRARY_DIR', 'CHILD_TIMEOUT', 'READINGS_00_4', 'READINGS_01_5', 'GROWTH_02_4',
            'READINGS_02_4', 'READINGS_03_4', 'SHARES_06_4', 'READINGS_06_4', 'READINGS_07_4', 'READINGS_09_4',
-           'EXERCISES', 'quietly', 'NotAnswered', 'exercise', 'call_each', 'backward_direct', 'isolated', 'own_work',
-           'keep_prediction', 'show_outcome', 'check_00_1', 'check_00_2', 'check_00_3', 'run_00_4', 'check_00_4',
-           'check_01_1', 'check_01_2', 'check_01_3', 'check_01_4', 'run_01_5', 'check_01_5', 'check_02_1', 'check_02_2',
-           'check_02_3', 'run_02_4', 'check_02_4', 'by_hand', 'check_03_1', 'check_03_2', 'check_03_3',
+           'EXERCISES', 'quietly', 'NotAnswered', 'exercise', 'call_each', 'backward_direct', 'dumps', 'isolated',
+           'own_work', 'keep_prediction', 'show_outcome', 'check_00_1', 'check_00_2', 'check_00_3', 'run_00_4',
+           'check_00_4', 'check_01_1', 'check_01_2', 'check_01_3', 'check_01_4', 'run_01_5', 'check_01_5', 'check_02_1',
+           'check_02_2', 'check_02_3', 'run_02_4', 'check_02_4', 'by_hand', 'check_03_1', 'check_03_2', 'check_03_3',
            'short_training', 'run_03_4', 'check_03_4', 'check_06_1', 'check_06_2', 'check_06_3', 'run_06_4',
            'check_06_4', 'check_07_1', 'check_07_2', 'check_07_3', 'reading_07_4', 'run_07_4', 'check_07_4',
            'check_08_1', 'run_08_2', 'check_08_2', 'check_09_1', 'check_09_2', 'check_09_3', 'run_09_4', 'check_09_4',
@@ -94,12 +94,16 @@ LIBRARY_DIR = Path(ctl_explore.__file__).resolve().parent
 
 class _Banned(RuntimeError): "Raised by a tripwire: the exercise forbids this function."
 
+def _fingerprint(code) -> tuple:
+    "What a copy keeps however it was made (recompiled source, a new name): the names, constants and local variables it uses."
+    return (code.co_names, repr(code.co_consts), code.co_varnames, code.co_argcount)
+
 def _library_fingerprints(modules) -> dict:
-    "(bytecode, names, constants) of every function and method the given modules define, for spotting copies."
+    "The fingerprint of every function and method the given modules define, for spotting copies."
     prints = {}
     def add(f, name):
         code = getattr(f, "__code__", None)
-        if code is not None and len(code.co_code) >= 24: prints[(code.co_code, code.co_names, repr(code.co_consts))] = name
+        if code is not None and len(code.co_code) >= 24: prints[_fingerprint(code)] = name
     for m in modules:
         for name, obj in vars(m).items():
             if getattr(obj, "__module__", None) != m.__name__: continue
@@ -142,7 +146,7 @@ def _copied_from_library(answer, prints: dict) -> str | None:
     for code in _codes_in(answer):
         if Path(code.co_filename).resolve().is_relative_to(LIBRARY_DIR) if os.path.isabs(code.co_filename) else False:
             return code.co_qualname
-        hit = prints.get((code.co_code, code.co_names, repr(code.co_consts)))
+        hit = prints.get(_fingerprint(code))
         if hit: return hit
     return None
 
@@ -271,12 +275,24 @@ def _by_value(answer) -> list:
                 cloudpickle.register_pickle_by_value(sys.modules[name]); mods.append(sys.modules[name])
     return mods
 
+class _Pickler(cloudpickle.CloudPickler):
+    "cloudpickle, with torch's operator namespace (`torch.ops`, a module cloudpickle cannot send) sent by name."
+    def reducer_override(self, obj):
+        if isinstance(obj, type(torch.ops)): return getattr, (torch, "ops")
+        return super().reducer_override(obj)
+
+def dumps(obj) -> bytes:
+    "The bytes of `obj` for another process: functions and classes of a notebook by value, torch and the library by name."
+    buf = io.BytesIO()
+    _Pickler(buf).dump(obj)
+    return buf.getvalue()
+
 CHILD_TIMEOUT = 120  # seconds for one answer's run in its child process (torch's import included)
 
 def isolated(name: str, answer, cases, *, modules=(), ban_ops=(), count=(), runner=call_each, timeout: float | None = None) -> dict:
     "Run `runner(answer, cases)` in a child process with the library's `modules` and torch's `ban_ops` as tripwires; refuse their use."
     mods = _by_value(answer)
-    try: body = cloudpickle.dumps((runner, answer, cases))
+    try: body = dumps((runner, answer, cases))
     except Exception as e:
         raise AssertionError(f"{name} cannot be sent to a separate process to be checked ({type(e).__name__}: {e}); "
                              "define it at the top level of the notebook, with torch and math only") from None

@@ -39,10 +39,10 @@ def lessons_of(nb: dict, path: Path) -> list[str]:
 
 def _dump_cell(names: list[str], target: Path) -> str:
     "A cell that pickles the answers' variables, each on its own (one that cannot be pickled is left out)."
-    return ("import cloudpickle as _g_cp\n"
+    return ("import cloudpickle as _g_cp\nfrom ctl_explore.exercises import dumps as _g_dumps\n"
             f"_g_out = {{}}\nfor _g_n in {names!r}:\n"
             "    if _g_n in globals():\n"
-            "        try: _g_out[_g_n] = _g_cp.dumps(globals()[_g_n])\n"
+            "        try: _g_out[_g_n] = _g_dumps(globals()[_g_n])\n"
             "        except Exception: pass\n"
             f"open({str(target)!r}, 'wb').write(_g_cp.dumps(_g_out))\n")
 

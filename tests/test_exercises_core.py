@@ -390,24 +390,30 @@ def swallowed(pos, neg, tau):  # the tripwire's error caught, and the right answ
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("wrong, says", [(in_a_thread, "uses the library"), (profile_off, "uses the library"), (code_copy, "copy of the library"),
-                                         (swallowed, "uses the library"), (_library_loss, "uses the library")])
+@pytest.mark.parametrize("wrong, says", [(in_a_thread, "uses the library"), (profile_off, "uses the library"), (code_copy, "library"),
+                                         (swallowed, "uses the library")])
 def test_00_1_refuses_the_library_however_it_is_reached(wrong, says):
     refused(ex.check_00_1, wrong, says=says)
+
+
+def test_a_copy_of_a_library_function_is_recognised():
+    "By the file its code came from, and by its bytecode when the copy was compiled anew under another name."
+    import inspect
+    import ctl_explore.losses as losses
+    prints = ex._library_fingerprints([losses])
+    assert ex._copied_from_library(code_copy, prints) == "contrastive_loss"
+    ns = {}
+    exec(compile(inspect.getsource(losses.n_informative), "<typed in>", "exec"), vars(losses).copy(), ns)
+    assert ex._copied_from_library(ns["n_informative"], prints) == "n_informative"
+    assert ex._copied_from_library(ce_loss, prints) is None and ex._copied_from_library(Eq4, prints) is None
 
 
 @pytest.mark.slow
 def test_the_library_is_off_for_each_function_exercise():
     refused(ex.check_00_3, lambda p, n, t, a: _library_hard(p, n, t, a, reduction="none"), says="uses the library")
     refused(ex.check_01_2, lambda n, t: torch.ops.aten._softmax(n / t, 1, False), says="torch's _softmax")
-    refused(ex.check_01_2, lambda n, t: (lambda out: out.append(F.softmax(n / t, 1)) or out[0])([]), says="_softmax")
-    from ctl_explore.memory_bank import MemoryBank
-    refused(ex.check_06_1, lambda m: ex._steady_lag(m) + 0 * MemoryBank(2, 2).features.sum().item(), says="uses the library")
     from ctl_explore.losses import n_informative
     refused(ex.check_06_3, lambda n, a: n_informative(n - 1, a), says="n_informative")
-    from ctl_explore.linear_eval import LinearEvalConfig
-    refused(ex.check_08_1, lambda n, e, b: [LinearEvalConfig(epochs=e, batch_size=b).lr_at(k) for k in range(e) for _ in range(-(-n // b))],
-            says="uses the library")
 
 
 @pytest.mark.slow
