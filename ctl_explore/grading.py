@@ -46,32 +46,33 @@ def _dump_cell(names: list[str], target: Path) -> str:
             "        except Exception: pass\n"
             f"open({str(target)!r}, 'wb').write(_g_cp.dumps(_g_out))\n")
 
-def _execute(nb: dict, work: Path, time_limit: float, env: dict) -> tuple[list[str], set]:
-    "Run `nb` in a fresh kernel in `work`; the events to report and the indices of the cells left out because they killed the kernel."
-    import nbformat
+def _execute(nb, work: Path, time_limit: float, env: dict) -> tuple[list[str], set]:
+    "Run `nb`'s cells one by one in a fresh kernel in `work`; the events to report and the cells left out because they killed the kernel."
     from nbclient import NotebookClient
     from nbclient.exceptions import DeadKernelError
     events, dropped = [], set()
     for _ in range(4):
-        run = nbformat.from_dict({**nb, "cells": [c for i, c in enumerate(nb["cells"]) if i not in dropped]})
-        client = NotebookClient(run, timeout=int(time_limit), allow_errors=True, interrupt_on_timeout=True, kernel_name="python3",
+        client = NotebookClient(nb, timeout=int(time_limit), allow_errors=True, interrupt_on_timeout=True, kernel_name="python3",
                                 resources={"metadata": {"path": str(work)}}, startup_timeout=120)
+        dead = None
         try:
-            client.execute(env=env)
+            with client.setup_kernel(env=env):
+                for i, cell in enumerate(nb.cells):
+                    if i in dropped or cell.cell_type != "code": continue
+                    try: client.execute_cell(cell, i)
+                    except DeadKernelError: dead = i; break
         except DeadKernelError:
-            done = [i for i, c in enumerate(nb["cells"]) if i not in dropped]
-            executed = [i for i, c in zip(done, run.cells) if c.get("cell_type") == "code" and c.get("execution_count")]
-            after = [i for i in done if nb["cells"][i]["cell_type"] == "code" and (not executed or i > executed[-1])]
-            bad = after[0] if after else done[-1]  # the first code cell that never got its reply
-            events.append(f"the kernel died while running cell {bad + 1}; graded again without that cell")
-            dropped.add(bad)
-            continue
+            pass
         except Exception as e:
             events.append(f"the notebook could not be run ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
-        for i, c in zip([i for i in range(len(nb["cells"])) if i not in dropped], run.cells):
-            if c.get("cell_type") == "code" and any(o.get("ename") == "KeyboardInterrupt" for o in c.get("outputs", [])):
-                events.append(f"cell {i + 1} ran past the {time_limit:g} s limit and was interrupted")
-        break
+            break
+        if dead is None:
+            for i, c in enumerate(nb.cells):
+                if i not in dropped and c.cell_type == "code" and any(o.get("ename") == "KeyboardInterrupt" for o in c.get("outputs", [])):
+                    events.append(f"cell {i + 1} ran past the {time_limit:g} s limit and was interrupted")
+            break
+        events.append(f"the kernel died while running cell {dead + 1}; graded again without that cell")
+        dropped.add(dead)
     return events, dropped
 
 def grade_notebook(path: str | Path, student: str | None = None, time_limit: float = 120) -> list[dict]:

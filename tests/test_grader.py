@@ -1,5 +1,5 @@
 """`ctl-explore grade` over fabricated submissions to lesson 06 (tiny notebooks: an import and a few answers): a right
-one, a wrong one, one that crashes its kernel, one that loops, and one that cheats (redefines the check, reaches for the
+one, a wrong one, one that crashes its kernel and then loops, and one that cheats (redefines the check, reaches for the
 library where the exercise forbids it, deletes the grader's marker file). Each gets one row per exercise, the
 events get rows of their own, and the grading goes on. Also: the answer key is built on demand and never by the site."""
 from __future__ import annotations
@@ -29,23 +29,22 @@ def test_grade_scores_right_wrong_crashing_looping_and_cheating_submissions(tmp_
     subs = tmp_path / "week2"
     _write(subs / "right" / "06_memory_bank.ipynb", IMPORT, RIGHT, "lag = lambda m: m / (1 - m)")
     _write(subs / "wrong.ipynb", IMPORT, "kept = lambda n_rows, alpha: max(1, math.ceil(alpha * (n_rows - 1)))", "lag = lambda m: 1 / (1 - m)")
-    _write(subs / "crash.ipynb", IMPORT, "lag = lambda m: m / (1 - m)", "import os; os._exit(3)", RIGHT)
-    _write(subs / "loop.ipynb", IMPORT, "while True: pass", RIGHT)
+    _write(subs / "crash.ipynb", IMPORT, "lag = lambda m: m / (1 - m)", "import os; os._exit(3)", "while True: pass", RIGHT)
     _write(subs / "cheat.ipynb", IMPORT, "from ctl_explore.losses import n_informative\ncheck_06_3 = lambda answer: print('Right.')",
            "kept = lambda n_rows, alpha: n_informative(n_rows - 1, alpha)\ncheck_06_3(kept)", "import os; os.remove('DO-NOT-DELETE.txt')")
     lines = []
-    rows = grade([subs], tmp_path / "grades.csv", time_limit=30, echo=lines.append)
+    rows = grade([subs], tmp_path / "grades.csv", time_limit=10, echo=lines.append)
     table = {(r["student"], r["exercise"]): r for r in rows}
-    assert {s for s, _ in table} == {"right", "wrong", "crash", "loop", "cheat"}
-    for student in ("right", "wrong", "crash", "loop", "cheat"):            # every exercise of lesson 06 has its row
+    assert {s for s, _ in table} == {"right", "wrong", "crash", "cheat"}
+    for student in ("right", "wrong", "crash", "cheat"):            # every exercise of lesson 06 has its row
         assert {e for s, e in table if s == student} >= {"06.1", "06.2", "06.3", "06.4"}
     assert table["right", "06.3"]["status"] == table["right", "06.1"]["status"] == "passed"
     assert table["right", "06.2"]["status"] == "not answered"
     assert table["wrong", "06.3"]["status"] == "failed" and "101 rows" in table["wrong", "06.3"]["reason"]
     assert table["wrong", "06.1"]["status"] == "failed"
-    assert table["crash", "(notebook)"]["status"] == "warning" and "kernel died while running cell 3" in table["crash", "(notebook)"]["reason"]
-    assert table["crash", "06.3"]["status"] == "passed" and table["crash", "06.1"]["status"] == "passed"   # the cells around the crash count
-    assert "ran past the 30 s limit" in table["loop", "(notebook)"]["reason"] and table["loop", "06.3"]["status"] == "passed"
+    events = [r["reason"] for r in rows if r["student"] == "crash" and r["exercise"] == "(notebook)"]
+    assert events == ["the kernel died while running cell 3; graded again without that cell", "cell 4 ran past the 10 s limit and was interrupted"]
+    assert table["crash", "06.3"]["status"] == "passed" and table["crash", "06.1"]["status"] == "passed"   # the cells around them count
     cheat = [r for r in rows if r["student"] == "cheat"]
     assert table["cheat", "06.3"]["status"] == "failed" and "n_informative" in table["cheat", "06.3"]["reason"]
     assert any("deleted files" in r["reason"] for r in cheat if r["exercise"] == "(notebook)")
