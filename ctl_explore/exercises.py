@@ -1307,16 +1307,18 @@ def exercises_of(lesson: str) -> list[Exercise]:
     return [e for e in EXERCISES if e.key.split(".")[0] == lesson[:2]]
 
 def grade_answers(lesson: str, answers: dict, time_limit: float = 120) -> list[dict]:
-    "Run every check of `lesson` on `answers` (variable name -> value), each within `time_limit` seconds; one row per exercise."
+    "Run every check of `lesson` on `answers` (variable name -> value), each within `time_limit` seconds (plus its child process's); one row per exercise."
     import signal
     rows = []
-    def alarm(*a): raise TimeoutError(f"the check ran past {time_limit:g} s: does the answer loop?")
+    limit = time_limit + CHILD_TIMEOUT  # the answer's own time, and the child process a check may start
+    class TimeUp(BaseException): "Past the time limit: not an error of the answer's that a check could catch."
+    def alarm(*a): raise TimeUp(f"the check ran past {limit:g} s: does the answer loop?")
     for ex in exercises_of(lesson):
         PREDICTIONS.pop(ex.key, None)
         row = dict(exercise=ex.key, status="not answered", reason="no answer given", prediction=None, came_true=None)
         values = [answers.get(n) for n in ex.answers]
         old = signal.signal(signal.SIGALRM, alarm)
-        signal.setitimer(signal.ITIMER_REAL, time_limit)
+        signal.setitimer(signal.ITIMER_REAL, limit)
         out = io.StringIO()
         try:
             with contextlib.redirect_stdout(out), quietly():
@@ -1326,7 +1328,8 @@ def grade_answers(lesson: str, answers: dict, time_limit: float = 120) -> list[d
         except AssertionError as e:
             row = dict(exercise=ex.key, status="failed", reason=str(e).splitlines()[0], prediction=None, came_true=None)
         except BaseException as e:
-            row = dict(exercise=ex.key, status="error", reason=f"{type(e).__name__}: {e}".splitlines()[0], prediction=None, came_true=None)
+            reason = str(e) if isinstance(e, TimeUp) else f"{type(e).__name__}: {e}"
+            row = dict(exercise=ex.key, status="error", reason=reason.splitlines()[0], prediction=None, came_true=None)
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0); signal.signal(signal.SIGALRM, old)
         kept = PREDICTIONS.get(ex.key, {})
