@@ -287,7 +287,7 @@ def dumps(obj) -> bytes:
     _Pickler(buf).dump(obj)
     return buf.getvalue()
 
-CHILD_TIMEOUT = 120  # seconds for one answer's run in its child process (torch's import included)
+CHILD_TIMEOUT = 300  # seconds for one answer's run in its child process (torch's import included, on a busy machine)
 
 def isolated(name: str, answer, cases, *, modules=(), ban_ops=(), count=(), runner=call_each, timeout: float | None = None) -> dict:
     "Run `runner(answer, cases)` in a child process with the library's `modules` and torch's `ban_ops` as tripwires; refuse their use."

@@ -118,7 +118,7 @@ def _grade_in_child(lesson: str, answers: Path, time_limit: float) -> list[dict]
         try:
             done = subprocess.run([sys.executable, "-c", "from ctl_explore.grading import _grade_child; _grade_child()"],
                                   input=json.dumps(dict(lesson=lesson, answers=str(answers), time_limit=time_limit)).encode(),
-                                  capture_output=True, cwd=cwd, env=env, timeout=(time_limit + 120) * (n + 1) + 120)
+                                  capture_output=True, cwd=cwd, env=env, timeout=(time_limit + 300) * (n + 1) + 120)
         except subprocess.TimeoutExpired:
             return missing("the grading of this lesson ran past its time limit")
     try: return json.loads(done.stdout.decode().strip().splitlines()[-1])
