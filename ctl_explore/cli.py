@@ -166,6 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--random-init", action="store_true", help="evaluate the untrained encoder (the baseline)")
     e.add_argument("--device", default=None, help="device (default: the run's)")
     _add_config_options(e, LinearEvalConfig)
+    from ctl_explore.grading import add_commands  # the instructor's grade and answer-key (appendix 98)
+    add_commands(sub)
     return parser
 
 # %% ../nbs/90_cli.ipynb #f9884d87
@@ -205,6 +207,9 @@ def _failures(rows: list[dict]) -> str:
 
 def _run(command: str, args: dict) -> int:
     "The work of one command; its errors are turned into sentences by `main`."
+    if command in ("grade", "answer-key"):
+        from ctl_explore.grading import run_command
+        return run_command(command, args)
     from ctl_explore.linear_eval import LinearEvalConfig, linear_eval
     from ctl_explore.train import pretrain
     if command == "study":

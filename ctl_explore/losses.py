@@ -130,7 +130,7 @@ def simple_loss(
     return reduce_loss(lam * neg.sum(dim=1) - pos, reduction)
 
 register_loss(LossSpec("simple", simple_loss, ("lam",), label="simple (Eq 3)", color="#2ca02c", paper="[WL21] Eq 3",
-                       default_lam=lambda n_negatives, alpha: 1 / n_negatives))  # Eq 7's λ = 1/K
+                       default_lam=lambda n_negatives, alpha: 1 / n_negatives))
 
 
 # %% ../nbs/00_losses.ipynb #c4ddc0b1

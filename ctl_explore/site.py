@@ -464,14 +464,13 @@ def fig3_html() -> str:
     return figure_html(pio.to_json(fig, validate=False))
 
 def _instructors_pages(out: Path, nbs: Path, titles: dict[str, str], failed_pages: list[str], nav: str) -> None:
-    "instructors.html, figures.html (each core lesson's first figure, from its page on this site; lesson 02's Fig 3) and answer-key.html (appendix 93)."
-    from ctl_explore.course import KEY_FIGURE_LESSONS, answer_key_html, figures_page, instructors_page
+    "instructors.html, figures.html (each core lesson's first figure, from its page on this site; lesson 02's Fig 3); no answer key (appendix 98 builds it apart)."
+    from ctl_explore.course import KEY_FIGURE_LESSONS, figures_page, instructors_page
     pages = {stem: (out / f"{stem}.html").read_text(encoding="utf-8") for stem in KEY_FIGURE_LESSONS
              if (out / f"{stem}.html").exists() and f"{stem}.html" not in failed_pages}
     if "02_explorer" in pages: pages["02_explorer"] = fig3_html()  # its page's figures are live explorables
     (out / "instructors.html").write_text(instructors_page(nbs, nav), encoding="utf-8")
     (out / "figures.html").write_text(figures_page(pages, titles, nav), encoding="utf-8")
-    (out / "answer-key.html").write_text(answer_key_html(nbs), encoding="utf-8")
 
 def build_site(out: str | Path = "_site", nbs: str | Path | None = None, jobs: int = 2, only: str | None = None,
                progress: bool = True, explorables: bool = True) -> Path:

@@ -1,4 +1,4 @@
-"""The exercises of lessons 08, 11 and 12: every check refuses the wrong answers its exercise invites (each listed here,
+"""The exercises of lessons 11 and 12 (the core lessons' are in test_exercises_core.py, their checks in ctl_explore.exercises): every check refuses the wrong answers its exercise invites (each listed here,
 as in the notebook's hidden cell), accepts the right one, and every check and solution cell is out of sight
 (`#| hide` for the site, `source_hidden` for JupyterLab), the solutions after the references.
 
@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 NBS = Path(__file__).resolve().parent.parent / "nbs"
-NOTEBOOKS = ["08_linear_eval.ipynb", "11_generalized_losses.ipynb", "12_feature_suppression.ipynb"]
+NOTEBOOKS = ["11_generalized_losses.ipynb", "12_feature_suppression.ipynb"]
 
 
 def _cells(name: str) -> list[dict]:
@@ -85,86 +85,6 @@ def test_solutions_come_after_the_references_and_every_exercise_has_an_answer_ce
     assert heads.index("## Exercises") < heads.index("## References") < heads.index("## Solutions")
     answers = [c for c in _cells(name) if c["cell_type"] == "code" and "= None" in _source(c) and "check_exercise_" in _source(c)]
     assert len(answers) == sum(h.startswith("### Exercise") for h in heads) and all(not _source(c).startswith("#|") for c in answers)
-
-
-# ---------------------------------------------------------------- lesson 08
-
-@pytest.fixture(scope="module")
-def lesson08():
-    from ctl_explore.linear_eval import LinearEvalConfig
-    return _run("08_linear_eval.ipynb", {"Path": Path, "LinearEvalConfig": LinearEvalConfig}, "def check_exercise_1")
-
-
-def _step_lrs_right(n, epochs, batch):
-    steps = -(-n // batch)
-    return [30.0 * 0.2 ** sum(e >= round(f * epochs) for f in (0.4, 0.6, 0.8)) for e in range(epochs) for _ in range(steps)]
-
-
-def test_08_exercise_1_refuses_the_wrong_schedules(lesson08):
-    from ctl_explore.linear_eval import LinearEvalConfig
-    check = lesson08["check_exercise_1"]
-    check(_step_lrs_right)
-
-    def floor_batches(n, epochs, batch):
-        return [30.0 * 0.2 ** sum(e >= round(f * epochs) for f in (0.4, 0.6, 0.8)) for e in range(epochs) for _ in range(n // batch)]
-
-    def floor_drops(n, epochs, batch):
-        return [30.0 * 0.2 ** sum(e >= int(f * epochs) for f in (0.4, 0.6, 0.8)) for e in range(epochs) for _ in range(-(-n // batch))]
-
-    def ceil_drops(n, epochs, batch):
-        return [30.0 * 0.2 ** sum(e >= math.ceil(f * epochs) for f in (0.4, 0.6, 0.8)) for e in range(epochs) for _ in range(-(-n // batch))]
-
-    def no_drops(n, epochs, batch):
-        return [30.0] * (epochs * -(-n // batch))
-
-    def library(n, epochs, batch):
-        cfg = LinearEvalConfig(epochs=epochs, batch_size=batch)
-        return [cfg.lr_at(e) for e in range(epochs) for _ in range(-(-n // batch))]
-
-    def library_inside(n, epochs, batch):  # the library's call hidden in an inner function
-        def rate(e): return LinearEvalConfig(epochs=epochs).lr_at(e)
-        return [rate(e) for e in range(epochs) for _ in range(-(-n // batch))]
-
-    for wrong, hint in ((floor_batches, "the last, smaller batch"), (floor_drops, "round to the nearest epoch"),
-                        (ceil_drops, "round to the nearest epoch"), (no_drops, "multiplied by 0.2"),
-                        (library, "without the library's probe"), (library_inside, "without the library's probe"),
-                        (lambda n, e, b: [], "steps"), (42, "give a Python function")):
-        _refuses(check, wrong, hint)
-
-
-def _fake_run(path: Path, random_top1: float, trained_top1: float, epochs: int = 3, tau: float = 0.2) -> Path:
-    "A run folder as pretrain and linear_eval leave it, as far as the check reads it, with the accuracies chosen."
-    path.mkdir(parents=True)
-    (path / "config.json").write_text(json.dumps({"tau": tau, "epochs": epochs}))
-    (path / "linear_eval.json").write_text(json.dumps({"top1": trained_top1, "pretrain_epochs": epochs}))
-    (path / "linear_eval_random_init.json").write_text(json.dumps({"top1": random_top1, "pretrain_epochs": epochs}))
-    return path
-
-
-@pytest.mark.parametrize("random_top1, trained_top1, verdict", [(0.875, 0.763, "below"), (0.80, 0.81, "within"), (0.70, 0.85, "above")])
-def test_08_exercise_2_refuses_made_up_swapped_or_misread_results(lesson08, tmp_path, random_top1, trained_top1, verdict):
-    check = lesson08["check_exercise_2"]
-    run = _fake_run(tmp_path / "run", random_top1, trained_top1)
-    check((random_top1, trained_top1, verdict), run, (0.8, 0.9))
-    others = [v for v in ("above", "within", "below") if v != verdict]
-    for answer, hint in (((trained_top1, random_top1, verdict), "swapped"), ((0.9, 0.95, "above"), "not what the run measured"),
-                         ((random_top1, trained_top1, others[0]), "is not what the numbers say"),
-                         ((random_top1, trained_top1, others[1]), "is not what the numbers say"),
-                         ((random_top1, trained_top1, "better"), "one of 'above', 'within', 'below'"),
-                         ((random_top1, trained_top1), "give a triple")):
-        _refuses(check, answer, hint, run, (0.8, 0.9))
-    _refuses(check, (random_top1, trained_top1, verdict), "predict before you interpret", run, None)
-    longer = _fake_run(tmp_path / "fifteen", random_top1, trained_top1, epochs=15)          # the lesson's 15-epoch run
-    _refuses(check, (random_top1, trained_top1, verdict), "not the exercise's run", longer, (0.8, 0.9))
-    other_tau = _fake_run(tmp_path / "tau05", random_top1, trained_top1, tau=0.5)
-    _refuses(check, (random_top1, trained_top1, verdict), "not the exercise's run", other_tau, (0.8, 0.9))
-
-
-def test_08_the_verdict_rule_is_twice_the_standard_error(lesson08):
-    direction = lesson08["_two_se_direction"]
-    # around 0.5 on 359 images twice the standard error of a difference is 0.074: 0.07 is within it, 0.08 is not
-    assert math.isclose(2 * math.sqrt((0.57 * 0.43 + 0.25) / 359), 0.0743, abs_tol=1e-4)
-    assert direction(0.57, 0.5, 359) == "within" and direction(0.58, 0.5, 359) == "above" and direction(0.42, 0.5, 359) == "below"
 
 
 # ---------------------------------------------------------------- lesson 11

@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "ctl_explore"
 # Modules whose extra imports are allowed, and which extra supplies them.
-MODULE_EXTRAS = {"site": "site", "selection": "fast"}
+MODULE_EXTRAS = {"site": "site", "selection": "fast", "grading": "site"}  # grading: nbclient and mistune, as the site
 # Distributions a declared one relies on only through another's import name, or pulls in for a reason the import
 # scan cannot see.
 NOT_IMPORTED_BY_NAME = {"anywidget": "plotly imports it for go.FigureWidget", "ipykernel": "the kernel the site's nbclient starts", "jupyter-server-mathjax": "files the site copies",
