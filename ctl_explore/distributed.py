@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import inspect
 import math
 import os
 import re
@@ -18,8 +19,8 @@ import torch.distributed as dist
 from torch import Tensor
 
 # %% auto #0
-__all__ = ['DIST_TIMEOUT_ENV', 'DIST_TIMEOUT_S', 'resolve_device', 'ProcessGroupError', 'dist_timeout', 'GlobalBatchNorm',
-           'global_batchnorm', 'distributed_net']
+__all__ = ['DIST_TIMEOUT_ENV', 'DIST_TIMEOUT_S', 'NATIVE_BN_DEVICES', 'resolve_device', 'ProcessGroupError', 'dist_timeout',
+           'GlobalBatchNorm', 'global_batchnorm', 'distributed_net']
 
 # %% ../nbs/19_several_processes.ipynb #d6c78f71
 def _check_device_name(name) -> None:
@@ -146,25 +147,106 @@ def _on_rank_0_first(work: Callable, device: torch.device, what: str):
     return result if rank == 0 else work(False)
 
 # %% ../nbs/19_several_processes.ipynb #958e0dbb
-class _AllGather(torch.autograd.Function):
-    "all_gather into [world, *shape] whose gradient flows back to each process's own row (summed over every process's use of it)."
+def _float(t: Tensor) -> Tensor:
+    "`t` in the precision batch norm accumulates in: float32 for the half types (bf16 under autocast), else its own."
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+
+def _all_gather_flat(out: Tensor, t: Tensor) -> None:
+    "Every process's `t`, in rank order, into the flat tensor `out` (an older torch has no all_gather_single: a list of rows there)."
+    if hasattr(dist, "all_gather_single"): dist.all_gather_single(out, t)
+    else: dist.all_gather(list(out.view(-1, t.numel()).unbind(0)), t)
+
+def _bn_stats(x: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    "The CPU's `torch.batch_norm_stats`: each channel's mean and 1/sqrt(biased variance + eps), in float32."
+    var, mean = torch.var_mean(_float(x), [0] + list(range(2, x.dim())), correction=0)
+    return mean, var.add_(eps).rsqrt_()
+
+def _bn_gather_stats(x: Tensor, means: Tensor, invstds: Tensor, running_mean: Tensor | None, running_var: Tensor | None,
+                     momentum: float, eps: float, counts: Tensor) -> tuple[Tensor, Tensor]:
+    "The CPU's `torch.batch_norm_gather_stats_with_counts`: the processes' [world, C] statistics combined, the running ones updated in place."
+    n = counts.sum()
+    w = (counts / n).unsqueeze(1)                          # each process's share of the rows
+    mean = (w * means).sum(0)
+    gap = means - mean                                     # Chan's combination: no E[x²] − mean², no cancellation
+    var = (w * torch.addcmul(invstds.pow(-2).sub_(eps), gap, gap)).sum(0)
+    if running_mean is not None:
+        running_mean.lerp_(mean, momentum)
+        running_var.lerp_(var * (n / (n - 1)), momentum)   # the unbiased variance, as torch's batch norm keeps
+    return mean, var.add_(eps).rsqrt_()
+
+def _bn_elemt(x: Tensor, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor, eps: float) -> Tensor:
+    "The CPU's `torch.batch_norm_elemt`: (x − mean)·invstd·weight + bias, in x's dtype."
+    shape = [1, -1] + [1] * (x.dim() - 2)
+    scale = invstd if weight is None else invstd * weight
+    y = (_float(x) - mean.view(shape)).mul_(scale.view(shape))
+    if bias is not None: y.add_(bias.view(shape))
+    return y.to(x.dtype)
+
+def _bn_backward_reduce(dy: Tensor, x: Tensor, mean: Tensor, invstd: Tensor, weight: Tensor | None,
+                        input_g: bool, weight_g: bool, bias_g: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    "The CPU's `torch.batch_norm_backward_reduce`: Σdy, Σdy·(x − mean), and the gradients of weight and bias, per channel."
+    _, grad_weight, sum_dy = torch.ops.aten.native_batch_norm_backward(_float(dy), _float(x), weight, None, None, mean, invstd,
+                                                                         True, 0.0, [False, True, True])
+    return sum_dy, grad_weight / invstd, grad_weight, sum_dy
+
+def _bn_backward_elemt(dy: Tensor, x: Tensor, mean: Tensor, invstd: Tensor, weight: Tensor | None, sum_dy: Tensor,
+                       sum_dy_xmu: Tensor, counts: Tensor) -> Tensor:
+    "The CPU's `torch.batch_norm_backward_elemt`: the input's gradient from the global sums (`counts`: each process's rows)."
+    shape, n = [1, -1] + [1] * (x.dim() - 2), counts.sum()
+    scale = invstd if weight is None else invstd * weight
+    proj = (invstd * invstd * sum_dy_xmu / n).view(shape)
+    grad = torch.addcmul(_float(dy) - (sum_dy / n).view(shape), _float(x) - mean.view(shape), proj, value=-1)
+    return grad.mul_(scale.view(shape)).to(x.dtype)
+
+_NATIVE_KERNELS = (torch.batch_norm_stats, torch.batch_norm_gather_stats_with_counts, torch.batch_norm_elemt,
+                   torch.batch_norm_backward_reduce, torch.batch_norm_backward_elemt)
+_CPU_KERNELS = (_bn_stats, _bn_gather_stats, _bn_elemt, _bn_backward_reduce, _bn_backward_elemt)
+NATIVE_BN_DEVICES = {"cuda"}  # the device types whose torch build has the five kernels (in torch 2.14: CUDA only)
+
+def _bn_kernels(device: torch.device) -> tuple[Callable, ...]:
+    return _NATIVE_KERNELS if device.type in NATIVE_BN_DEVICES else _CPU_KERNELS
+
+def _keep_layout(t: Tensor) -> Tensor:
+    "`t` as the kernels take it: contiguous, in the channels-last layout too."
+    fits = t.is_contiguous() or t.is_contiguous(memory_format=torch.channels_last) or t.is_contiguous(memory_format=torch.channels_last_3d)
+    return t if fits else t.contiguous()
+
+class _GlobalBatchNormFunction(torch.autograd.Function):
+    "Batch norm over the processes' global batch: one all-gather of (mean, invstd, rows) forward, one all-reduce of (Σdy, Σdy·(x − mean)) backward."
     @staticmethod
-    def forward(ctx, t: Tensor, group) -> Tensor:
-        ctx.group, ctx.rank = group, dist.get_rank(group)
-        out = t.new_empty((dist.get_world_size(group),) + tuple(t.shape))
-        dist.all_gather(list(out.unbind(0)), t.contiguous(), group=group)
-        return out
+    def forward(ctx, x, weight, bias, running_mean, running_var, eps, momentum, rows, world):
+        stats, gather_stats, elemt, _, _ = _bn_kernels(x.device)
+        x, c = _keep_layout(x), x.shape[1]
+        mean, invstd = stats(x, eps)
+        gathered = mean.new_empty(world * (2 * c + 1))
+        _all_gather_flat(gathered, torch.cat([mean, invstd, rows]))  # every process's statistics, in rank order
+        means, invstds, counts = gathered.view(world, 2 * c + 1).split((c, c, 1), 1)
+        counts = counts.view(-1).to(x.dtype if running_mean is None else running_mean.dtype)  # the dtype the kernel asks
+        mean, invstd = gather_stats(x, means, invstds, running_mean, running_var, momentum, eps, counts)
+        ctx.save_for_backward(x, weight, mean, invstd, counts)
+        return elemt(x, weight, bias, mean, invstd, eps)
+
     @staticmethod
-    def backward(ctx, grad: Tensor):
-        grad = grad.contiguous().clone()
-        dist.all_reduce(grad, group=ctx.group)
-        return grad[ctx.rank], None
+    def backward(ctx, dy):
+        x, weight, mean, invstd, counts = ctx.saved_tensors
+        _, _, _, backward_reduce, backward_elemt = _bn_kernels(x.device)
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        dy = _keep_layout(dy)
+        sum_dy, sum_dy_xmu, grad_w, grad_b = backward_reduce(dy, x, mean, invstd, weight, need_x, need_w, need_b)
+        grad_x = None
+        if need_x:
+            sums = torch.cat([sum_dy, sum_dy_xmu])
+            dist.all_reduce(sums)                              # the global batch's sums (the weight's gradient is DDP's)
+            sum_dy, sum_dy_xmu = sums.split(len(sum_dy))
+            grad_x = backward_elemt(dy, x, mean, invstd, weight, sum_dy, sum_dy_xmu, counts.int())
+        return grad_x, grad_w if need_w else None, grad_b if need_b else None, None, None, None, None, None, None
 
 class GlobalBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
-    """Batch norm whose training statistics are the global batch's over every process: each process's row count, mean
-    and sum of squared deviations are gathered in one collective per layer (their gradient in another) and combined
-    exactly (Chan's parallel variance, without the cancellation of E[x²] − mean²); no boolean mask, so no host read.
-    In evaluation mode, or in a single process, it is the ordinary batch norm."""
+    """Batch norm whose training statistics are the global batch's over every process, on torch's own kernels of
+    `SyncBatchNorm`: each process's per-channel mean, 1/std and row count gathered in one collective per layer (the
+    gradient's two sums in one more), combined exactly (Chan's parallel variance, without the cancellation of
+    E[x²] − mean²). Unlike `SyncBatchNorm` it drops no process with a boolean mask, so it reads nothing on the host; every
+    process must hold at least one row. In evaluation mode, or in a single process, it is the ordinary batch norm."""
     def _check_input_dim(self, x: Tensor) -> None:
         if x.dim() < 2: raise ValueError(f"GlobalBatchNorm expects a batch of shape [N, C, ...], got shape {tuple(x.shape)}")
 
@@ -172,25 +254,20 @@ class GlobalBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
         if not (self.training and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
             return super().forward(x)
         self._check_input_dim(x)
-        c, dims, xf = x.shape[1], [0] + list(range(2, x.dim())), x.float()
-        shape = [1, c] + [1] * (x.dim() - 2)
-        rows = x.numel() // c                                      # this process's values per channel (a Python int: no read)
-        mean_p = xf.sum(dims) / max(rows, 1)
-        m2_p = (xf - mean_p.view(shape)).square().sum(dims)
-        parts = _AllGather.apply(torch.cat([xf.new_full((1,), rows), mean_p, m2_p]), None)  # [world, 1 + 2C]
-        n_p, means, m2s = parts[:, :1], parts[:, 1:c + 1], parts[:, c + 1:]
-        n = n_p.sum(0)
-        mean = (n_p * means).sum(0) / n
-        var = (m2s.sum(0) + (n_p * (means - mean).square()).sum(0)) / n
+        if x.numel() == 0: raise ValueError(f"GlobalBatchNorm needs at least one row in each process, got shape {tuple(x.shape)}")
+        momentum, running = self.momentum or 0.0, (None, None)
         if self.track_running_stats:
-            with torch.no_grad():
-                self.num_batches_tracked.add_(1)
-                m = self.momentum if self.momentum is not None else 1 / self.num_batches_tracked  # cumulative average without momentum
-                self.running_mean.mul_(1 - m).add_(m * mean)
-                self.running_var.mul_(1 - m).add_(m * var * n / (n - 1).clamp_min(1))
-        y = (xf - mean.view(shape)) * torch.rsqrt(var.view(shape) + self.eps)
-        if self.affine: y = y * self.weight.view(shape) + self.bias.view(shape)
-        return y.to(x.dtype)
+            self.num_batches_tracked.add_(1)
+            if self.momentum is None: momentum = 1.0 / float(self.num_batches_tracked)  # a cumulative average: a host read, as in torch's batch norm
+            running = (self.running_mean, self.running_var)
+        rows = self._rows(x.numel() // x.shape[1], x.device, torch.float64 if x.dtype == torch.float64 else torch.float32)
+        return _GlobalBatchNormFunction.apply(x, self.weight, self.bias, *running, self.eps, momentum, rows, dist.get_world_size())
+
+    def _rows(self, rows: int, device: torch.device, dtype: torch.dtype) -> Tensor:
+        "This process's row count as a tensor on `device`, in the statistics' dtype, made once per size (no copy to the device each step)."
+        cache = self.__dict__.setdefault("_rows_cache", {})
+        if (rows, device, dtype) not in cache: cache[(rows, device, dtype)] = torch.full((1,), rows, dtype=dtype, device=device)
+        return cache[(rows, device, dtype)]
 
 def global_batchnorm(module: torch.nn.Module) -> torch.nn.Module:
     "`module` with each BatchNorm1d/2d/3d replaced, in place, by a `GlobalBatchNorm` sharing its parameters and statistics (the root returned)."
@@ -204,11 +281,20 @@ def global_batchnorm(module: torch.nn.Module) -> torch.nn.Module:
     for name, child in module.named_children(): setattr(module, name, global_batchnorm(child))
     return module
 
+_DDP = torch.nn.parallel.DistributedDataParallel
+_DDP_ARGS = inspect.signature(_DDP.__init__).parameters
+# GlobalBatchNorm keeps the running statistics equal in every process: no broadcast of them before each forward
+_DDP_OPTIONS = {"gradient_as_bucket_view": True,
+                **({"forward_sync_buffers": False} if "forward_sync_buffers" in _DDP_ARGS else {"broadcast_buffers": False}),
+                **({"batched_grad_copy": True} if "batched_grad_copy" in _DDP_ARGS else {})}
+
 def distributed_net(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
-    "The encoder as several processes train it: batch norm over the global batch (`global_batchnorm`), wrapped in DDP; the model itself in one process."
+    """The encoder as several processes train it: batch norm over the global batch (`global_batchnorm`), wrapped in DDP;
+    the model itself in one process. DDP runs without a broadcast of the buffers before each forward, with the gradients
+    as views into its all-reduce buckets and, where torch has it (2.14), copied into them by one kernel per bucket."""
     if _distributed()[1] == 1: return model
     net = global_batchnorm(model)
-    return torch.nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
+    return _DDP(net, device_ids=[device.index] if device.type == "cuda" else None, **_DDP_OPTIONS)
 
 def _gather(t: Tensor) -> Tensor:
     "Concatenate `t` from every process, in rank order (just `t` in a single process)."
