@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import glob
 import inspect
 import math
 import os
 import re
+import shutil
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 
@@ -19,8 +23,9 @@ import torch.distributed as dist
 from torch import Tensor
 
 # %% auto #0
-__all__ = ['DIST_TIMEOUT_ENV', 'DIST_TIMEOUT_S', 'NATIVE_BN_DEVICES', 'resolve_device', 'ProcessGroupError', 'dist_timeout',
-           'GlobalBatchNorm', 'global_batchnorm', 'distributed_net']
+__all__ = ['CUDA12_INDEX', 'DIST_TIMEOUT_ENV', 'DIST_TIMEOUT_S', 'NATIVE_BN_DEVICES', 'cuda_problem', 'CudaUnavailableError',
+           'require_cuda', 'resolve_device', 'ProcessGroupError', 'dist_timeout', 'GlobalBatchNorm', 'global_batchnorm',
+           'distributed_net']
 
 # %% ../nbs/19_several_processes.ipynb #d6c78f71
 def _check_device_name(name) -> None:
@@ -43,13 +48,76 @@ def _env_int(name: str, default: int | None) -> int | None:
     try: return int(text)
     except ValueError: raise ValueError(f"the environment variable {name} must be an integer, got {text!r}") from None
 
+CUDA12_INDEX = "https://download.pytorch.org/whl/cu126"  # torch's wheels built for CUDA 12.6: NVIDIA drivers 525 and later
+_MIN_DRIVER = {"13": 580, "12": 525, "11": 450}          # the oldest Linux driver each CUDA major version runs on
+
+def _nvidia_smi_driver() -> str | None:
+    "The NVIDIA driver's version as nvidia-smi reports it; None without the tool, or when it finds no GPU."
+    exe = shutil.which("nvidia-smi")
+    if exe is None: return None
+    try: out = subprocess.run([exe, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError): return None
+    lines = out.stdout.strip().splitlines() if out.returncode == 0 else []
+    return lines[0].strip() if lines else None
+
+def _nvidia_device_files() -> list[str]:
+    "The NVIDIA GPUs' device files of this machine (/dev/nvidia0, ...), which exist where a driver has found a GPU."
+    return sorted(p for p in glob.glob("/dev/nvidia*") if re.fullmatch(r"/dev/nvidia\d+", p))
+
+def cuda_problem() -> str | None:
+    "None if torch can use a CUDA GPU here; else one sentence on why not: the GPUs hidden, no NVIDIA GPU, or a driver older than the wheel's CUDA."
+    if torch.cuda.is_available(): return None
+    hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if hidden is not None and hidden.strip() in ("", "NoDevFiles", "-1"):
+        return f"CUDA_VISIBLE_DEVICES hides every GPU (it is {hidden!r}): unset it, or name the GPUs this job may use"
+    driver, files = _nvidia_smi_driver(), _nvidia_device_files()
+    if driver is None and not files: return "no NVIDIA GPU on this machine (no /dev/nvidia* device file, no nvidia-smi that finds one)"
+    wheel = torch.version.cuda
+    if wheel is None:
+        return (f"this machine has an NVIDIA GPU (driver {driver or 'unknown'}) but torch {torch.__version__} is built without CUDA: "
+                f"pip install torch=={torch.__version__.split('+')[0]} --index-url {CUDA12_INDEX}")
+    needs = _MIN_DRIVER.get(wheel.split(".")[0])
+    return (f"this machine has an NVIDIA GPU but torch cannot use it: its driver is {driver or 'unknown (nvidia-smi did not answer)'} "
+            f"and torch {torch.__version__} is built for CUDA {wheel}" + (f", which needs driver {needs} or later" if needs else "")
+            + f"; install the wheel for CUDA 12 (pip install torch=={torch.__version__.split('+')[0]} --index-url {CUDA12_INDEX}, "
+            "with the torchvision of that torch from the same index) or update the driver")
+
+class CudaUnavailableError(ValueError):
+    "CUDA was asked for (a CUDA preset, --device cuda) on a machine where torch cannot use a GPU; the message says why."
+
+def require_cuda(what: str) -> None:
+    "Raise `CudaUnavailableError` naming `what` (e.g. 'the cifar10-paper preset') unless torch can use a CUDA GPU here: before any download or run."
+    problem = cuda_problem()
+    if problem is not None: raise CudaUnavailableError(f"{what} needs a CUDA GPU, but {problem}")
+
+_AUTO_SAID: set[str] = set()
+
+def _say_auto(device: torch.device) -> None:
+    "Say once per process, on stderr, which device 'auto' chose and why."
+    if str(device) in _AUTO_SAID: return
+    _AUTO_SAID.add(str(device))
+    if device.type == "cuda":
+        try: reason = f"CUDA is available ({torch.cuda.get_device_name(device)})"
+        except (RuntimeError, AssertionError): reason = "CUDA is available"
+    else: reason = cuda_problem() or "CUDA is not available"
+    print(f"ctl_explore: device 'auto' is {device}: {reason}", file=sys.stderr)
+
 def resolve_device(name: str) -> torch.device:
-    "The device this process trains on: 'auto' is CUDA if available, else the CPU; under torchrun, 'auto' and 'cuda' mean cuda:LOCAL_RANK."
+    "The device this process trains on: 'auto' is CUDA if available, else the CPU (said once, with the reason); under torchrun, 'auto' and 'cuda' mean cuda:LOCAL_RANK."
     _check_device_name(name)
-    if name == "auto": name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "auto":
+        device = _resolve_cuda(torch.device("cuda")) if torch.cuda.is_available() else torch.device("cpu")
+        _say_auto(device)
+        return device
     device = torch.device(name)
     if device.type != "cuda": return device
-    if not torch.cuda.is_available(): raise ValueError(f"device {name!r} asked for, but CUDA is not available")
+    problem = cuda_problem()
+    if problem is not None: raise CudaUnavailableError(f"device {name!r} asked for, but CUDA is not available: {problem}")
+    return _resolve_cuda(device)
+
+def _resolve_cuda(device: torch.device) -> torch.device:
+    "`device` (cuda or cuda:N) made the one GPU this process trains on."
+    name = str(device)
     count, world = torch.cuda.device_count(), _env_int("WORLD_SIZE", 1)
     if world > 1:  # torchrun: one GPU per process, told apart by LOCAL_RANK
         if device.index is not None:
