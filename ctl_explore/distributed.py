@@ -7,9 +7,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import glob
+import inspect
 import math
 import os
 import re
+import shutil
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 
@@ -18,8 +23,9 @@ import torch.distributed as dist
 from torch import Tensor
 
 # %% auto #0
-__all__ = ['DIST_TIMEOUT_ENV', 'DIST_TIMEOUT_S', 'resolve_device', 'ProcessGroupError', 'dist_timeout', 'GlobalBatchNorm',
-           'global_batchnorm', 'distributed_net']
+__all__ = ['CUDA12_INDEX', 'DIST_TIMEOUT_ENV', 'DIST_TIMEOUT_S', 'NATIVE_BN_DEVICES', 'cuda_problem', 'CudaUnavailableError',
+           'require_cuda', 'resolve_device', 'ProcessGroupError', 'dist_timeout', 'GlobalBatchNorm', 'global_batchnorm',
+           'distributed_net']
 
 # %% ../nbs/19_several_processes.ipynb #d6c78f71
 def _check_device_name(name) -> None:
@@ -42,13 +48,76 @@ def _env_int(name: str, default: int | None) -> int | None:
     try: return int(text)
     except ValueError: raise ValueError(f"the environment variable {name} must be an integer, got {text!r}") from None
 
+CUDA12_INDEX = "https://download.pytorch.org/whl/cu126"  # torch's wheels built for CUDA 12.6: NVIDIA drivers 525 and later
+_MIN_DRIVER = {"13": 580, "12": 525, "11": 450}          # the oldest Linux driver each CUDA major version runs on
+
+def _nvidia_smi_driver() -> str | None:
+    "The NVIDIA driver's version as nvidia-smi reports it; None without the tool, or when it finds no GPU."
+    exe = shutil.which("nvidia-smi")
+    if exe is None: return None
+    try: out = subprocess.run([exe, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError): return None
+    lines = out.stdout.strip().splitlines() if out.returncode == 0 else []
+    return lines[0].strip() if lines else None
+
+def _nvidia_device_files() -> list[str]:
+    "The NVIDIA GPUs' device files of this machine (/dev/nvidia0, ...), which exist where a driver has found a GPU."
+    return sorted(p for p in glob.glob("/dev/nvidia*") if re.fullmatch(r"/dev/nvidia\d+", p))
+
+def cuda_problem() -> str | None:
+    "None if torch can use a CUDA GPU here; else one sentence on why not: the GPUs hidden, no NVIDIA GPU, or a driver older than the wheel's CUDA."
+    if torch.cuda.is_available(): return None
+    hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if hidden is not None and hidden.strip() in ("", "NoDevFiles", "-1"):
+        return f"CUDA_VISIBLE_DEVICES hides every GPU (it is {hidden!r}): unset it, or name the GPUs this job may use"
+    driver, files = _nvidia_smi_driver(), _nvidia_device_files()
+    if driver is None and not files: return "no NVIDIA GPU on this machine (no /dev/nvidia* device file, no nvidia-smi that finds one)"
+    wheel = torch.version.cuda
+    if wheel is None:
+        return (f"this machine has an NVIDIA GPU (driver {driver or 'unknown'}) but torch {torch.__version__} is built without CUDA: "
+                f"pip install torch=={torch.__version__.split('+')[0]} --index-url {CUDA12_INDEX}")
+    needs = _MIN_DRIVER.get(wheel.split(".")[0])
+    return (f"this machine has an NVIDIA GPU but torch cannot use it: its driver is {driver or 'unknown (nvidia-smi did not answer)'} "
+            f"and torch {torch.__version__} is built for CUDA {wheel}" + (f", which needs driver {needs} or later" if needs else "")
+            + f"; install the wheel for CUDA 12 (pip install torch=={torch.__version__.split('+')[0]} --index-url {CUDA12_INDEX}, "
+            "with the torchvision of that torch from the same index) or update the driver")
+
+class CudaUnavailableError(ValueError):
+    "CUDA was asked for (a CUDA preset, --device cuda) on a machine where torch cannot use a GPU; the message says why."
+
+def require_cuda(what: str) -> None:
+    "Raise `CudaUnavailableError` naming `what` (e.g. 'the cifar10-paper preset') unless torch can use a CUDA GPU here: before any download or run."
+    problem = cuda_problem()
+    if problem is not None: raise CudaUnavailableError(f"{what} needs a CUDA GPU, but {problem}")
+
+_AUTO_SAID: set[str] = set()
+
+def _say_auto(device: torch.device) -> None:
+    "Say once per process, on stderr, which device 'auto' chose and why."
+    if str(device) in _AUTO_SAID: return
+    _AUTO_SAID.add(str(device))
+    if device.type == "cuda":
+        try: reason = f"CUDA is available ({torch.cuda.get_device_name(device)})"
+        except (RuntimeError, AssertionError): reason = "CUDA is available"
+    else: reason = cuda_problem() or "CUDA is not available"
+    print(f"ctl_explore: device 'auto' is {device}: {reason}", file=sys.stderr)
+
 def resolve_device(name: str) -> torch.device:
-    "The device this process trains on: 'auto' is CUDA if available, else the CPU; under torchrun, 'auto' and 'cuda' mean cuda:LOCAL_RANK."
+    "The device this process trains on: 'auto' is CUDA if available, else the CPU (said once, with the reason); under torchrun, 'auto' and 'cuda' mean cuda:LOCAL_RANK."
     _check_device_name(name)
-    if name == "auto": name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "auto":
+        device = _resolve_cuda(torch.device("cuda")) if torch.cuda.is_available() else torch.device("cpu")
+        _say_auto(device)
+        return device
     device = torch.device(name)
     if device.type != "cuda": return device
-    if not torch.cuda.is_available(): raise ValueError(f"device {name!r} asked for, but CUDA is not available")
+    problem = cuda_problem()
+    if problem is not None: raise CudaUnavailableError(f"device {name!r} asked for, but CUDA is not available: {problem}")
+    return _resolve_cuda(device)
+
+def _resolve_cuda(device: torch.device) -> torch.device:
+    "`device` (cuda or cuda:N) made the one GPU this process trains on."
+    name = str(device)
     count, world = torch.cuda.device_count(), _env_int("WORLD_SIZE", 1)
     if world > 1:  # torchrun: one GPU per process, told apart by LOCAL_RANK
         if device.index is not None:
@@ -146,25 +215,106 @@ def _on_rank_0_first(work: Callable, device: torch.device, what: str):
     return result if rank == 0 else work(False)
 
 # %% ../nbs/19_several_processes.ipynb #958e0dbb
-class _AllGather(torch.autograd.Function):
-    "all_gather into [world, *shape] whose gradient flows back to each process's own row (summed over every process's use of it)."
+def _float(t: Tensor) -> Tensor:
+    "`t` in the precision batch norm accumulates in: float32 for the half types (bf16 under autocast), else its own."
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+
+def _all_gather_flat(out: Tensor, t: Tensor) -> None:
+    "Every process's `t`, in rank order, into the flat tensor `out` (an older torch has no all_gather_single: a list of rows there)."
+    if hasattr(dist, "all_gather_single"): dist.all_gather_single(out, t)
+    else: dist.all_gather(list(out.view(-1, t.numel()).unbind(0)), t)
+
+def _bn_stats(x: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    "The CPU's `torch.batch_norm_stats`: each channel's mean and 1/sqrt(biased variance + eps), in float32."
+    var, mean = torch.var_mean(_float(x), [0] + list(range(2, x.dim())), correction=0)
+    return mean, var.add_(eps).rsqrt_()
+
+def _bn_gather_stats(x: Tensor, means: Tensor, invstds: Tensor, running_mean: Tensor | None, running_var: Tensor | None,
+                     momentum: float, eps: float, counts: Tensor) -> tuple[Tensor, Tensor]:
+    "The CPU's `torch.batch_norm_gather_stats_with_counts`: the processes' [world, C] statistics combined, the running ones updated in place."
+    n = counts.sum()
+    w = (counts / n).unsqueeze(1)                          # each process's share of the rows
+    mean = (w * means).sum(0)
+    gap = means - mean                                     # Chan's combination: no E[x²] − mean², no cancellation
+    var = (w * torch.addcmul(invstds.pow(-2).sub_(eps), gap, gap)).sum(0)
+    if running_mean is not None:
+        running_mean.lerp_(mean, momentum)
+        running_var.lerp_(var * (n / (n - 1)), momentum)   # the unbiased variance, as torch's batch norm keeps
+    return mean, var.add_(eps).rsqrt_()
+
+def _bn_elemt(x: Tensor, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor, eps: float) -> Tensor:
+    "The CPU's `torch.batch_norm_elemt`: (x − mean)·invstd·weight + bias, in x's dtype."
+    shape = [1, -1] + [1] * (x.dim() - 2)
+    scale = invstd if weight is None else invstd * weight
+    y = (_float(x) - mean.view(shape)).mul_(scale.view(shape))
+    if bias is not None: y.add_(bias.view(shape))
+    return y.to(x.dtype)
+
+def _bn_backward_reduce(dy: Tensor, x: Tensor, mean: Tensor, invstd: Tensor, weight: Tensor | None,
+                        input_g: bool, weight_g: bool, bias_g: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    "The CPU's `torch.batch_norm_backward_reduce`: Σdy, Σdy·(x − mean), and the gradients of weight and bias, per channel."
+    _, grad_weight, sum_dy = torch.ops.aten.native_batch_norm_backward(_float(dy), _float(x), weight, None, None, mean, invstd,
+                                                                         True, 0.0, [False, True, True])
+    return sum_dy, grad_weight / invstd, grad_weight, sum_dy
+
+def _bn_backward_elemt(dy: Tensor, x: Tensor, mean: Tensor, invstd: Tensor, weight: Tensor | None, sum_dy: Tensor,
+                       sum_dy_xmu: Tensor, counts: Tensor) -> Tensor:
+    "The CPU's `torch.batch_norm_backward_elemt`: the input's gradient from the global sums (`counts`: each process's rows)."
+    shape, n = [1, -1] + [1] * (x.dim() - 2), counts.sum()
+    scale = invstd if weight is None else invstd * weight
+    proj = (invstd * invstd * sum_dy_xmu / n).view(shape)
+    grad = torch.addcmul(_float(dy) - (sum_dy / n).view(shape), _float(x) - mean.view(shape), proj, value=-1)
+    return grad.mul_(scale.view(shape)).to(x.dtype)
+
+_NATIVE_KERNELS = (torch.batch_norm_stats, torch.batch_norm_gather_stats_with_counts, torch.batch_norm_elemt,
+                   torch.batch_norm_backward_reduce, torch.batch_norm_backward_elemt)
+_CPU_KERNELS = (_bn_stats, _bn_gather_stats, _bn_elemt, _bn_backward_reduce, _bn_backward_elemt)
+NATIVE_BN_DEVICES = {"cuda"}  # the device types whose torch build has the five kernels (in torch 2.14: CUDA only)
+
+def _bn_kernels(device: torch.device) -> tuple[Callable, ...]:
+    return _NATIVE_KERNELS if device.type in NATIVE_BN_DEVICES else _CPU_KERNELS
+
+def _keep_layout(t: Tensor) -> Tensor:
+    "`t` as the kernels take it: contiguous, in the channels-last layout too."
+    fits = t.is_contiguous() or t.is_contiguous(memory_format=torch.channels_last) or t.is_contiguous(memory_format=torch.channels_last_3d)
+    return t if fits else t.contiguous()
+
+class _GlobalBatchNormFunction(torch.autograd.Function):
+    "Batch norm over the processes' global batch: one all-gather of (mean, invstd, rows) forward, one all-reduce of (Σdy, Σdy·(x − mean)) backward."
     @staticmethod
-    def forward(ctx, t: Tensor, group) -> Tensor:
-        ctx.group, ctx.rank = group, dist.get_rank(group)
-        out = t.new_empty((dist.get_world_size(group),) + tuple(t.shape))
-        dist.all_gather(list(out.unbind(0)), t.contiguous(), group=group)
-        return out
+    def forward(ctx, x, weight, bias, running_mean, running_var, eps, momentum, rows, world):
+        stats, gather_stats, elemt, _, _ = _bn_kernels(x.device)
+        x, c = _keep_layout(x), x.shape[1]
+        mean, invstd = stats(x, eps)
+        gathered = mean.new_empty(world * (2 * c + 1))
+        _all_gather_flat(gathered, torch.cat([mean, invstd, rows]))  # every process's statistics, in rank order
+        means, invstds, counts = gathered.view(world, 2 * c + 1).split((c, c, 1), 1)
+        counts = counts.view(-1).to(x.dtype if running_mean is None else running_mean.dtype)  # the dtype the kernel asks
+        mean, invstd = gather_stats(x, means, invstds, running_mean, running_var, momentum, eps, counts)
+        ctx.save_for_backward(x, weight, mean, invstd, counts)
+        return elemt(x, weight, bias, mean, invstd, eps)
+
     @staticmethod
-    def backward(ctx, grad: Tensor):
-        grad = grad.contiguous().clone()
-        dist.all_reduce(grad, group=ctx.group)
-        return grad[ctx.rank], None
+    def backward(ctx, dy):
+        x, weight, mean, invstd, counts = ctx.saved_tensors
+        _, _, _, backward_reduce, backward_elemt = _bn_kernels(x.device)
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        dy = _keep_layout(dy)
+        sum_dy, sum_dy_xmu, grad_w, grad_b = backward_reduce(dy, x, mean, invstd, weight, need_x, need_w, need_b)
+        grad_x = None
+        if need_x:
+            sums = torch.cat([sum_dy, sum_dy_xmu])
+            dist.all_reduce(sums)                              # the global batch's sums (the weight's gradient is DDP's)
+            sum_dy, sum_dy_xmu = sums.split(len(sum_dy))
+            grad_x = backward_elemt(dy, x, mean, invstd, weight, sum_dy, sum_dy_xmu, counts.int())
+        return grad_x, grad_w if need_w else None, grad_b if need_b else None, None, None, None, None, None, None
 
 class GlobalBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
-    """Batch norm whose training statistics are the global batch's over every process: each process's row count, mean
-    and sum of squared deviations are gathered in one collective per layer (their gradient in another) and combined
-    exactly (Chan's parallel variance, without the cancellation of E[x²] − mean²); no boolean mask, so no host read.
-    In evaluation mode, or in a single process, it is the ordinary batch norm."""
+    """Batch norm whose training statistics are the global batch's over every process, on torch's own kernels of
+    `SyncBatchNorm`: each process's per-channel mean, 1/std and row count gathered in one collective per layer (the
+    gradient's two sums in one more), combined exactly (Chan's parallel variance, without the cancellation of
+    E[x²] − mean²). Unlike `SyncBatchNorm` it drops no process with a boolean mask, so it reads nothing on the host; every
+    process must hold at least one row. In evaluation mode, or in a single process, it is the ordinary batch norm."""
     def _check_input_dim(self, x: Tensor) -> None:
         if x.dim() < 2: raise ValueError(f"GlobalBatchNorm expects a batch of shape [N, C, ...], got shape {tuple(x.shape)}")
 
@@ -172,25 +322,20 @@ class GlobalBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
         if not (self.training and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
             return super().forward(x)
         self._check_input_dim(x)
-        c, dims, xf = x.shape[1], [0] + list(range(2, x.dim())), x.float()
-        shape = [1, c] + [1] * (x.dim() - 2)
-        rows = x.numel() // c                                      # this process's values per channel (a Python int: no read)
-        mean_p = xf.sum(dims) / max(rows, 1)
-        m2_p = (xf - mean_p.view(shape)).square().sum(dims)
-        parts = _AllGather.apply(torch.cat([xf.new_full((1,), rows), mean_p, m2_p]), None)  # [world, 1 + 2C]
-        n_p, means, m2s = parts[:, :1], parts[:, 1:c + 1], parts[:, c + 1:]
-        n = n_p.sum(0)
-        mean = (n_p * means).sum(0) / n
-        var = (m2s.sum(0) + (n_p * (means - mean).square()).sum(0)) / n
+        if x.numel() == 0: raise ValueError(f"GlobalBatchNorm needs at least one row in each process, got shape {tuple(x.shape)}")
+        momentum, running = self.momentum or 0.0, (None, None)
         if self.track_running_stats:
-            with torch.no_grad():
-                self.num_batches_tracked.add_(1)
-                m = self.momentum if self.momentum is not None else 1 / self.num_batches_tracked  # cumulative average without momentum
-                self.running_mean.mul_(1 - m).add_(m * mean)
-                self.running_var.mul_(1 - m).add_(m * var * n / (n - 1).clamp_min(1))
-        y = (xf - mean.view(shape)) * torch.rsqrt(var.view(shape) + self.eps)
-        if self.affine: y = y * self.weight.view(shape) + self.bias.view(shape)
-        return y.to(x.dtype)
+            self.num_batches_tracked.add_(1)
+            if self.momentum is None: momentum = 1.0 / float(self.num_batches_tracked)  # a cumulative average: a host read, as in torch's batch norm
+            running = (self.running_mean, self.running_var)
+        rows = self._rows(x.numel() // x.shape[1], x.device, torch.float64 if x.dtype == torch.float64 else torch.float32)
+        return _GlobalBatchNormFunction.apply(x, self.weight, self.bias, *running, self.eps, momentum, rows, dist.get_world_size())
+
+    def _rows(self, rows: int, device: torch.device, dtype: torch.dtype) -> Tensor:
+        "This process's row count as a tensor on `device`, in the statistics' dtype, made once per size (no copy to the device each step)."
+        cache = self.__dict__.setdefault("_rows_cache", {})
+        if (rows, device, dtype) not in cache: cache[(rows, device, dtype)] = torch.full((1,), rows, dtype=dtype, device=device)
+        return cache[(rows, device, dtype)]
 
 def global_batchnorm(module: torch.nn.Module) -> torch.nn.Module:
     "`module` with each BatchNorm1d/2d/3d replaced, in place, by a `GlobalBatchNorm` sharing its parameters and statistics (the root returned)."
@@ -204,11 +349,20 @@ def global_batchnorm(module: torch.nn.Module) -> torch.nn.Module:
     for name, child in module.named_children(): setattr(module, name, global_batchnorm(child))
     return module
 
+_DDP = torch.nn.parallel.DistributedDataParallel
+_DDP_ARGS = inspect.signature(_DDP.__init__).parameters
+# GlobalBatchNorm keeps the running statistics equal in every process: no broadcast of them before each forward
+_DDP_OPTIONS = {"gradient_as_bucket_view": True,
+                **({"forward_sync_buffers": False} if "forward_sync_buffers" in _DDP_ARGS else {"broadcast_buffers": False}),
+                **({"batched_grad_copy": True} if "batched_grad_copy" in _DDP_ARGS else {})}
+
 def distributed_net(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
-    "The encoder as several processes train it: batch norm over the global batch (`global_batchnorm`), wrapped in DDP; the model itself in one process."
+    """The encoder as several processes train it: batch norm over the global batch (`global_batchnorm`), wrapped in DDP;
+    the model itself in one process. DDP runs without a broadcast of the buffers before each forward, with the gradients
+    as views into its all-reduce buckets and, where torch has it (2.14), copied into them by one kernel per bucket."""
     if _distributed()[1] == 1: return model
     net = global_batchnorm(model)
-    return torch.nn.parallel.DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
+    return _DDP(net, device_ids=[device.index] if device.type == "cuda" else None, **_DDP_OPTIONS)
 
 def _gather(t: Tensor) -> Tensor:
     "Concatenate `t` from every process, in rank order (just `t` in a single process)."

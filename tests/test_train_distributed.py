@@ -4,6 +4,7 @@ paper presets' network), a missing peer that times out in a sentence and obeys C
 cannot hang its peers."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -49,27 +50,37 @@ def _join(rank: int, port: int) -> None:
 
 # ---------------------------------------------------------------- GlobalBatchNorm = one batch norm over the global batch
 
+CASES = (("2d", (12, 5, 3, 3), torch.nn.BatchNorm2d), ("1d", (12, 7), torch.nn.BatchNorm1d),
+         ("2d native", (12, 5, 3, 3), torch.nn.BatchNorm2d))
+
+
 def _bn_worker(rank: int, port: int, out: Path) -> None:
     _join(rank, port)
     try:
         results = {}
-        for name, shape, make in (("2d", (12, 5, 3, 3), torch.nn.BatchNorm2d), ("1d", (12, 7), torch.nn.BatchNorm1d)):
-            g = torch.Generator().manual_seed(0)
-            x_all = torch.randn(shape, generator=g) * 3 + 2      # the global batch; each process holds half of it
-            weights = torch.randn(shape, generator=g)            # the loss Σ weights·y, over the whole batch
-            part = slice(rank * shape[0] // 2, (rank + 1) * shape[0] // 2)
-            local = make(shape[1])
-            with torch.no_grad(): local.weight.uniform_(0.5, 1.5, generator=g); local.bias.uniform_(-1, 1, generator=g)
-            bn = global_batchnorm(local)
-            assert isinstance(bn, GlobalBatchNorm)
-            x = x_all[part].clone().requires_grad_()
-            y = bn(x)
-            (weights[part] * y).sum().backward()
-            for p in (bn.weight, bn.bias): dist.all_reduce(p.grad)  # the gradient of the global loss, as DDP sums it (before its mean)
-            results[name] = dict(y=y.detach(), x_grad=x.grad, w_grad=bn.weight.grad, b_grad=bn.bias.grad,
-                                 running_mean=bn.running_mean.clone(), running_var=bn.running_var.clone())
-            bn.eval()  # evaluation mode: the running statistics, no collective
-            results[name]["eval"] = bn(x.detach())
+        for name, shape, make in CASES:
+            with contextlib.ExitStack() as native:
+                if name == "2d native":  # the CUDA path, its five kernels stood in for by the CPU's mirrors, and counted
+                    from test_global_batchnorm import _CountOps, native_kernels_on_cpu
+                    native.enter_context(native_kernels_on_cpu())
+                    ops = native.enter_context(_CountOps())
+                g = torch.Generator().manual_seed(0)
+                x_all = torch.randn(shape, generator=g) * 3 + 2      # the global batch; each process holds half of it
+                weights = torch.randn(shape, generator=g)            # the loss Σ weights·y, over the whole batch
+                part = slice(rank * shape[0] // 2, (rank + 1) * shape[0] // 2)
+                local = make(shape[1])
+                with torch.no_grad(): local.weight.uniform_(0.5, 1.5, generator=g); local.bias.uniform_(-1, 1, generator=g)
+                bn = global_batchnorm(local)
+                assert isinstance(bn, GlobalBatchNorm)
+                x = x_all[part].clone().requires_grad_()
+                y = bn(x)
+                (weights[part] * y).sum().backward()
+                for p in (bn.weight, bn.bias): dist.all_reduce(p.grad)  # the gradient of the global loss, as DDP sums it (before its mean)
+                results[name] = dict(y=y.detach(), x_grad=x.grad, w_grad=bn.weight.grad, b_grad=bn.bias.grad,
+                                     running_mean=bn.running_mean.clone(), running_var=bn.running_var.clone())
+                bn.eval()  # evaluation mode: the running statistics, no collective
+                results[name]["eval"] = bn(x.detach())
+                if name == "2d native": results[name]["kernel calls"] = ops.ops["aten.batch_norm_stats"] + ops.ops["aten.batch_norm_backward_elemt"]
         # compile under torchrun is refused before anything is loaded or written
         for compile in (True, "step"):
             try: pretrain(PretrainConfig(compile=compile, device="cpu"), out / f"compiled-{rank}", quiet=True)
@@ -82,7 +93,8 @@ def _bn_worker(rank: int, port: int, out: Path) -> None:
 def test_global_batchnorm_equals_one_batchnorm_over_the_concatenated_batch(tmp_path):
     _spawn(_bn_worker, tmp_path)
     ranks = [torch.load(tmp_path / f"bn-{r}.pt") for r in (0, 1)]
-    for name, shape, make in (("2d", (12, 5, 3, 3), torch.nn.BatchNorm2d), ("1d", (12, 7), torch.nn.BatchNorm1d)):
+    assert all(r["2d native"]["kernel calls"] == 2 for r in ranks)  # the CUDA path ran: one stats and one backward kernel
+    for name, shape, make in CASES:
         g = torch.Generator().manual_seed(0)
         x_all = (torch.randn(shape, generator=g) * 3 + 2).requires_grad_()
         weights = torch.randn(shape, generator=g)
