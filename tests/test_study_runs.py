@@ -928,3 +928,18 @@ def test_a_preset_is_resolved_once_where_the_user_names_it(tmp_path):
             call()
     assert not (tmp_path / "s").exists()
     assert len(study_plan(get_preset("smoke"), n_train=1438)) == len(study_configs(get_preset("smoke"), 1438))
+
+
+def test_the_study_package_is_split_by_job_and_imports_one_way():
+    "Each job its module, none over 500 lines; a module imports only modules earlier in the study's order (no circle), and the package's __init__ forwards nothing."
+    import ast
+    order = ["plan", "rows", "measure", "stats", "findings", "calibration", "report", "workers", "runner"]
+    folder = ROOT / "ctl_explore" / "study"
+    for name in order:
+        text = (folder / f"{name}.py").read_text()
+        assert len(text.splitlines()) <= 500, f"study.{name} has {len(text.splitlines())} lines"
+        imported = {n.module for n in ast.walk(ast.parse(text)) if isinstance(n, ast.ImportFrom) and n.level == 1 and n.module}
+        later = imported & set(order[order.index(name):])
+        assert not later, f"study.{name} imports {sorted(later)}: a module of the study imports only those before it"
+    init = (folder / "__init__.py").read_text()
+    assert "__getattr__" not in init and "import" not in init
