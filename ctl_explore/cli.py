@@ -126,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     "The `ctl-explore` argument parser with its subcommands."
     from ctl_explore.linear_eval import LinearEvalConfig
     parser = argparse.ArgumentParser(prog="ctl-explore", description="Contrastive-loss experiments of [WL21]: pretraining and linear evaluation.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{study,pretrain,linear-eval}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{study,pretrain,linear-eval,grade,answer-key}")
     from ctl_explore.study.plan import PRESETS
     st = sub.add_parser("study", help="the temperature study of [WL21] (the package's main job)", description=
                         "Pretrain and linearly evaluate a sweep over τ for the ordinary and hard contrastive loss plus the Simple "
@@ -182,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     from ctl_explore.data import DatasetNotFoundError
     from ctl_explore.study.rows import StudyError
     from ctl_explore.study.runner import StudyInterrupted
+    from ctl_explore.distributed import CudaUnavailableError
     parser = build_parser()
     args = vars(parser.parse_args(argv))
     command = args.pop("command")
@@ -193,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
         said = str(e) if isinstance(e, (TrainingInterrupted, StudyInterrupted)) else "interrupted; run the same command to resume"
         print(f"ctl-explore: {said}", file=sys.stderr)
         return 130
+    except CudaUnavailableError as e:  # CUDA asked for where torch cannot use a GPU: one sentence, before any download
+        print(f"ctl-explore: error: {e}", file=sys.stderr)
+        return 1
     except ValueError as e:  # a value the options describe is wrong: a usage error (exit status 2)
         parser.error(str(e))
     except (CheckpointError, RunFolderError, TrainingDivergedError, DatasetNotFoundError, StudyError, OSError) as e:  # runtime failures
@@ -212,6 +216,7 @@ def _run(command: str, args: dict) -> int:
         return run_command(command, args)
     from ctl_explore.linear_eval import LinearEvalConfig, linear_eval
     from ctl_explore.train import pretrain
+    from ctl_explore.distributed import require_cuda
     if command == "study":
         from ctl_explore.study.rows import load_results
         from ctl_explore.study.report import write_report
@@ -219,6 +224,9 @@ def _run(command: str, args: dict) -> int:
         preset = study_preset(args["preset"], **{k: args[k] for k in STUDY_AXES + STUDY_BASE})  # resolved here, once
         out = args["out"] or Path(f"study-{preset.name}")
         if args["device"] is not None: PretrainConfig(device=args["device"])  # a wrong device is a usage error, --list included
+        device = args["device"] or preset.base.device
+        if device.startswith("cuda") and not (args["list"] or args["report"]):  # before any download or worker
+            require_cuda(f"the {preset.name} preset" if args["device"] is None else f"--device {device}")
         if args["list"]:
             states = (out / "runs").is_dir()
             print("index\trun\tloss\ttau\tseed\tepochs" + ("\tstate" if states else ""))
@@ -251,6 +259,7 @@ def _run(command: str, args: dict) -> int:
     elif command == "pretrain":
         out, restart, quiet, threads = args.pop("out"), args.pop("restart"), args.pop("quiet"), args.pop("threads")
         config = PretrainConfig(**args)
+        if config.device.startswith("cuda"): require_cuda(f"--device {config.device}")  # before any download
         last = pretrain(config, out, quiet=quiet, restart=restart, threads=threads)
         print(json.dumps({"run": str(out), **last}))
     else:
