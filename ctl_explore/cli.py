@@ -80,7 +80,7 @@ def _workers(text: str) -> int:
 
 def study_preset(name: str, taus: list[float] | None = None):
     "The study preset called `name`, sweeping `taus` instead of its own temperatures when given (and named after them)."
-    from ctl_explore.study_plan import get_preset
+    from ctl_explore.study.plan import get_preset
     preset = get_preset(name)
     if not taus: return preset
     taus = tuple(sorted({check_positive("--taus", t) for t in taus}))
@@ -91,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     from ctl_explore.linear_eval import LinearEvalConfig
     parser = argparse.ArgumentParser(prog="ctl-explore", description="Contrastive-loss experiments of [WL21]: pretraining and linear evaluation.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="{study,pretrain,linear-eval}")
-    from ctl_explore.study_plan import PRESETS
+    from ctl_explore.study.plan import PRESETS
     st = sub.add_parser("study", help="the temperature study of [WL21] (the package's main job)", description=
                         "Pretrain and linearly evaluate a sweep over τ for the ordinary and hard contrastive loss plus the Simple "
                         "and HardSimple losses, over several seeds; write results.csv/json and a self-contained report.html. "
@@ -144,7 +144,8 @@ def _sentence(e: BaseException) -> str:
 def main(argv: list[str] | None = None) -> int:
     "Entry point of the `ctl-explore` command."
     from ctl_explore.data import DatasetNotFoundError
-    from ctl_explore.study_runs import StudyError, StudyInterrupted
+    from ctl_explore.study.rows import StudyError
+    from ctl_explore.study.runner import StudyInterrupted
     parser = build_parser()
     args = vars(parser.parse_args(argv))
     command = args.pop("command")
@@ -173,7 +174,9 @@ def _run(command: str, args: dict) -> int:
     from ctl_explore.linear_eval import LinearEvalConfig, linear_eval
     from ctl_explore.train import pretrain
     if command == "study":
-        from ctl_explore.study_runs import load_results, report_study, run_one, run_study, study_plan, study_status, write_report
+        from ctl_explore.study.rows import load_results
+        from ctl_explore.study.report import write_report
+        from ctl_explore.study.runner import report_study, run_one, run_study, study_plan, study_status
         preset = study_preset(args["preset"], args["taus"])
         out = args["out"] or Path(f"study-{preset.name}")
         if args["device"] is not None: PretrainConfig(device=args["device"])  # a wrong device is a usage error, --list included

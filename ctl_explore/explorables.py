@@ -681,7 +681,7 @@ def _profile_figure(cell: list[dict], title: str) -> go.Figure:
 
 def study_stepper(rows: list[dict]) -> dict:
     "Lesson 09's study one (loss, τ) at a time: `trajectory_figure` of that cell's runs and their similarity profile, with its numbers."
-    from ctl_explore.study import trajectory_figure
+    from ctl_explore.study.report import trajectory_figure
     rows = [r for r in rows if not r.get("failed")]
     if not rows: raise ValueError("rows must hold at least one run that did not fail")
     losses = list(dict.fromkeys(r["loss"] for r in rows))  # in the order the study ran them

@@ -14,7 +14,9 @@ import plotly.graph_objects as go
 import torch
 
 from .run_folders import read_metrics
-from .study import StudyPreset, load_results, study_configs, study_figures
+from .study.plan import StudyPreset, study_configs
+from .study.rows import load_results
+from .study.report import study_figures
 
 # %% auto #0
 __all__ = ['study_images', 'study_hours', 'run_history', 'steady_throughput', 'throughput_figure', 'study_folder_figures',

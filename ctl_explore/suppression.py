@@ -29,7 +29,8 @@ from .losses import contrastive_loss, pair_similarities
 from .checks import check_choice, check_int, check_interval, check_positive, check_probability
 from .models import HEADS, Encoder, build_encoder
 from .run_folders import read_json, write_json_atomic
-from .study import Finding, direction_verdict
+from .study.stats import direction_verdict
+from .study.findings import Finding
 from .train import PretrainConfig, gradient_step
 
 # %% auto #0
@@ -560,7 +561,8 @@ def multidigits_figure(rows: list[dict]) -> go.Figure:
     return fig
 
 # %% ../nbs/12_feature_suppression.ipynb #14560b6b
-from .study import Difference, FindingRule, Judged, Part, accuracy_gap, register_finding
+from .study.stats import Difference, accuracy_gap
+from .study.findings import FindingRule, Judged, Part, register_finding
 
 SUPPRESSION_Z = 2.0  # two accuracies differ when they are more than this many standard errors of their difference apart
 

@@ -14,7 +14,7 @@ from plotly.subplots import make_subplots
 from sklearn.manifold import TSNE
 
 from .losses import loss_spec
-from .study import run_embeddings
+from .study.measure import run_embeddings
 
 # %% auto #0
 __all__ = ['tsne_figure', 'similarity_histograms', 'uniformity_tolerance_plane']

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-import ctl_explore.study as study
-import ctl_explore.study_runs as sr
+import ctl_explore.study.plan as plan
+import ctl_explore.study.rows as rows_module
+import ctl_explore.study.runner as runner
 from ctl_explore.cli import main
-from ctl_explore.study import StudyPreset
+from ctl_explore.study.plan import StudyPreset
 
 TINY = StudyPreset("tiny", width=4, epochs=2, taus=(0.2, 0.5), seeds=(0,), simple_losses=False, linear_epochs=2)
 WILD = dataclasses.replace(TINY, name="wild", lr=1e6)
@@ -21,8 +22,8 @@ WILD = dataclasses.replace(TINY, name="wild", lr=1e6)
 
 @pytest.fixture(autouse=True)
 def presets(monkeypatch):
-    monkeypatch.setitem(study.PRESETS, "tiny", TINY)
-    monkeypatch.setitem(study.PRESETS, "wild", WILD)
+    monkeypatch.setitem(plan.PRESETS, "tiny", TINY)
+    monkeypatch.setitem(plan.PRESETS, "wild", WILD)
     torch.set_num_threads(1)
 
 
@@ -88,7 +89,7 @@ def test_an_invalid_result_json_gets_a_sentence_not_a_traceback(capsys, tmp_path
     path = out / "runs" / "contrastive-tau0.2-seed0" / "result.json"
     row = json.loads(path.read_text())
     edited = {**row, "linear_top1": "high"}
-    path.write_text(json.dumps({**edited, "checksum": sr.row_checksum(edited)}))
+    path.write_text(json.dumps({**edited, "checksum": rows_module.row_checksum(edited)}))
     assert main(["study", "--preset", "tiny", "--out", str(out), "--report"]) == 0
     said = capsys.readouterr()
     assert f"ctl-explore: warning: {path} is not a valid result row (linear_top1 must be a number in [0, 1], got 'high')" in said.err
@@ -101,8 +102,8 @@ def test_an_invalid_result_json_gets_a_sentence_not_a_traceback(capsys, tmp_path
 
 
 def test_ctrl_c_says_how_many_runs_are_saved(capsys, monkeypatch, tmp_path):
-    def interrupted(*a, **k): raise sr.StudyInterrupted(10, 1, 12, tmp_path / "S")
-    monkeypatch.setattr(sr, "run_study", interrupted)
+    def interrupted(*a, **k): raise runner.StudyInterrupted(10, 1, 12, tmp_path / "S")
+    monkeypatch.setattr(runner, "run_study", interrupted)
     assert main(["study", "--preset", "tiny", "--out", str(tmp_path / "S")]) == 130
     err = capsys.readouterr().err
     assert "10 of its 12 runs finished and saved" in err and "1 failed" in err and "nothing saved" not in err
@@ -149,7 +150,7 @@ def test_option_types_follow_the_annotations():
 
 def test_taus_replace_the_presets_grid_and_name_the_study():
     from ctl_explore.cli import study_preset
-    from ctl_explore.study_plan import get_preset, study_configs
+    from ctl_explore.study.plan import get_preset, study_configs
     p = study_preset("smoke", [0.5, 0.1, 0.5])
     assert p.taus == (0.1, 0.5) and p.name == "smoke-taus0.1-0.5"
     assert {c.tau for c in study_configs(p, 100) if c.loss == "contrastive"} == {0.1, 0.5}

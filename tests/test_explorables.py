@@ -431,7 +431,7 @@ def _pick(page, host, name: str, option: str) -> None:
 
 def test_study_one_cell_at_a_time(page):
     from ctl_explore.explorer import LOSSES
-    from ctl_explore.study import trajectory_figure
+    from ctl_explore.study.report import trajectory_figure
     from ctl_explore.explorables import _profile_figure
     rows = json.loads((REPO / "data" / "study-digits" / "results.json").read_text())
     host = page.locator(STEPPER).nth(0)

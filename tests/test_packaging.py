@@ -50,7 +50,7 @@ def test_every_import_is_declared():
     base = {_name(r) for r in project["dependencies"]}
     extras = {k: {_name(r) for r in v} for k, v in project["optional-dependencies"].items()}
     missing = {}
-    for path in sorted(PACKAGE.glob("*.py")):
+    for path in sorted(PACKAGE.rglob("*.py")):
         allowed = base | extras.get(MODULE_EXTRAS.get(path.stem, ""), set())
         for module in _imports(path):
             dists = _distributions(module)
@@ -61,7 +61,7 @@ def test_every_import_is_declared():
 
 def test_every_base_dependency_is_imported():
     imported = set()
-    for path in PACKAGE.glob("*.py"):
+    for path in PACKAGE.rglob("*.py"):
         if path.stem in MODULE_EXTRAS: continue
         for module in _imports(path): imported |= _distributions(module)
     unused = {_name(r) for r in _project()["dependencies"]} - imported - set(NOT_IMPORTED_BY_NAME)
@@ -92,7 +92,7 @@ PRIVATE_TORCH = {
 def test_private_torch_names_are_the_listed_ones():
     import re
     pattern = re.compile(r"torch(?:\.\w+)*\._[a-z]\w*|\b_BatchNorm\b")  # a private module or attribute reached from torch
-    seen = {m.group(0) for p in PACKAGE.glob("*.py") if p.name != "_modidx.py" for m in pattern.finditer(p.read_text())}
+    seen = {m.group(0) for p in PACKAGE.rglob("*.py") if p.name != "_modidx.py" for m in pattern.finditer(p.read_text())}
     unlisted = sorted(seen - set(PRIVATE_TORCH))
     assert not unlisted, f"private torch names not in PRIVATE_TORCH (use a public API, or list it with the reason): {unlisted}"
     torch_pin = next(d for d in __import__("tomllib").loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]

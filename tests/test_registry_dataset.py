@@ -124,8 +124,8 @@ def test_toy_is_a_choice_of_the_command_line(toy, tmp_path):
 
 
 def test_a_smoke_study_runs_on_toy(toy, tmp_path):
-    from ctl_explore.study import get_preset
-    from ctl_explore.study_runs import run_study
+    from ctl_explore.study.plan import get_preset
+    from ctl_explore.study.runner import run_study
     torch.set_num_threads(1)
     preset = dataclasses.replace(get_preset("smoke"), dataset="toy", batch_size=16, taus=(0.5,), seeds=(0,))  # 48 training images
     rows = run_study(preset, tmp_path / "study", quiet=True, device="cpu", workers=1)

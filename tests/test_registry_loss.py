@@ -115,8 +115,9 @@ def test_toy_pretrains_on_digits(toy, tmp_path):
 
 
 def test_a_smoke_study_of_toy_reports_its_label(toy, tmp_path):
-    from ctl_explore.study import get_preset
-    from ctl_explore.study_runs import run_study, write_report
+    from ctl_explore.study.plan import get_preset
+    from ctl_explore.study.report import write_report
+    from ctl_explore.study.runner import run_study
     torch.set_num_threads(1)
     preset = dataclasses.replace(get_preset("smoke"), losses=("toy",), taus=(0.5,), seeds=(0,))
     rows = run_study(preset, tmp_path / "study", quiet=True, device="cpu", workers=1)

@@ -19,10 +19,14 @@ import pytest
 import torch
 
 from ctl_explore.losses import n_informative
-from ctl_explore.study import (KNN_CRITERIA, MIN_WINDOW_POINTS, NOISE_SD, PRESETS, RESULT_KEYS, StudyError,
-                               StudyPreset, _with, agreeing_means, check_run, dependence, difference, false_alarm_rates, findings,
-                               load_results, made_up_study, neighbour_purity, noise_margin, report_sections, run_study,
-                               study_configs, study_figures, trend, usable, verdict_stability, window_epochs, write_report)
+from ctl_explore.study.plan import PRESETS, StudyPreset, run_name, study_configs
+from ctl_explore.study.rows import RESULT_KEYS, StudyError, load_results
+from ctl_explore.study.measure import KNN_CRITERIA, MIN_WINDOW_POINTS, check_run, neighbour_purity, window_epochs
+from ctl_explore.study.stats import difference, noise_margin, trend, usable
+from ctl_explore.study.findings import findings
+from ctl_explore.study.calibration import NOISE_SD, _with, agreeing_means, dependence, false_alarm_rates, made_up_study, verdict_stability
+from ctl_explore.study.report import report_sections, study_figures, write_report
+from ctl_explore.study.runner import run_study
 from ctl_explore.train import PretrainConfig
 
 
@@ -150,7 +154,7 @@ def test_workers_give_the_serial_results(tmp_path):
 
 @pytest.mark.slow
 def test_two_studies_share_one_folder(tmp_path):
-    code = ("import sys, json; from ctl_explore.study import run_study, StudyPreset; "
+    code = ("import sys, json; from ctl_explore.study.runner import run_study; from ctl_explore.study.plan import StudyPreset; "
             "p = StudyPreset('tiny', width=4, epochs=2, taus=(0.2, 0.5), seeds=(0,), simple_losses=False, linear_epochs=2); "
             "rows = run_study(p, sys.argv[1], quiet=True, workers=1, poll_s=0.2); print(json.dumps([r['run'] for r in rows]))")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -401,7 +405,7 @@ def _model(run_dir):
 
 @pytest.mark.slow
 def test_unsettled_runs_are_stretched_up_to_the_cap(tmp_path, monkeypatch):
-    import ctl_explore.study_runs as study
+    import ctl_explore.study.workers as study
     torch.set_num_threads(1)
     monkeypatch.setattr(study, "_settled", lambda *a, **k: False)  # a window that never settles
     rows = run_study(STRETCHY, tmp_path / "s", quiet=True, workers=1)
@@ -431,7 +435,7 @@ def test_unsettled_runs_are_stretched_up_to_the_cap(tmp_path, monkeypatch):
 
 
 def test_settled_runs_keep_their_schedule(tmp_path, monkeypatch):
-    import ctl_explore.study_runs as study
+    import ctl_explore.study.workers as study
     torch.set_num_threads(1)
     monkeypatch.setattr(study, "_settled", lambda *a, **k: True)
     rows = run_study(STRETCHY, tmp_path / "s", quiet=True, workers=1)
@@ -441,12 +445,12 @@ def test_settled_runs_keep_their_schedule(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_a_stretched_run_equals_one_planned_that_long(tmp_path, monkeypatch):
     "Stretched at its first drop and resumed by the study, a run is the very run that was configured with the longer schedule."
-    import ctl_explore.study_runs as study
+    import ctl_explore.study.workers as study
     from ctl_explore.train import pretrain
     torch.set_num_threads(1)
     preset = dataclasses.replace(STRETCHY, max_epochs=15)
     asked = study_configs(preset, 1438)[0]
-    run_dir = tmp_path / "s" / "runs" / study.run_name(asked)
+    run_dir = tmp_path / "s" / "runs" / run_name(asked)
     pretrain(asked, run_dir, quiet=True, until_epoch=study.first_drop(asked))   # as if killed at the first drop...
     study.stretch_run(run_dir, 15)                                               # ...just after the stretch
     monkeypatch.setattr(study, "_settled", lambda *a, **k: False)
@@ -461,7 +465,7 @@ def test_a_stretched_run_equals_one_planned_that_long(tmp_path, monkeypatch):
 
 
 def test_stretch_rules():
-    from ctl_explore.study import is_stretch
+    from ctl_explore.study.rows import is_stretch
     base = PretrainConfig(epochs=200).to_dict()
     longer = lambda e, **kw: {**base, "epochs": e, **kw}
     assert is_stretch(longer(250), base, (50, 400)) and is_stretch(longer(400), base, (50, 400))
@@ -482,7 +486,7 @@ def test_stretch_rules():
 CLUSTER = StudyPreset("cluster", width=4, image_size=8, epochs=6, warmup_epochs=1, eval_every=1, taus=(0.1, 0.2, 0.5), seeds=(0, 1),
                       simple_losses=False, linear_epochs=2)
 _CLUSTER_CODE = (
-    "import sys, time; from ctl_explore.study import StudyPreset, run_one, study_plan\n"
+    "import sys, time; from ctl_explore.study.plan import StudyPreset; from ctl_explore.study.runner import run_one, study_plan\n"
     "p = StudyPreset('cluster', width=4, image_size=8, epochs=6, warmup_epochs=1, eval_every=1, taus=(0.1, 0.2, 0.5), seeds=(0, 1), "
     "simple_losses=False, linear_epochs=2)\n"
     "n = len(study_plan(p, 1438)); start = int(sys.argv[2]); todo = [(start + k) % n for k in range(n)]\n"
@@ -494,7 +498,7 @@ _CLUSTER_CODE = (
 @pytest.mark.slow
 def test_cluster_tasks_share_a_folder_and_survive_a_killed_one(tmp_path):
     "Three job-array-like workers claim runs from one folder; one is killed mid-run; every run ends done once, as a serial study."
-    from ctl_explore.study import gather, study_plan
+    from ctl_explore.study.runner import gather, study_plan
     import signal
     shared = tmp_path / "shared"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -523,7 +527,7 @@ def test_cluster_tasks_share_a_folder_and_survive_a_killed_one(tmp_path):
 
 
 def test_run_one_gather_and_a_partial_report(tmp_path):
-    from ctl_explore.study import gather, report_study, run_one, study_plan
+    from ctl_explore.study.runner import gather, report_study, run_one, study_plan
     torch.set_num_threads(1)
     plan = study_plan(CLUSTER, 1438)
     assert [p["index"] for p in plan] == list(range(12)) and plan[0]["run"] == "contrastive-tau0.1-seed0"
@@ -546,7 +550,7 @@ FROZEN = Path(__file__).parent / "frozen/study_findings.json"
 
 
 def _judged(rows):
-    from ctl_explore.study import _judge
+    from ctl_explore.study.findings import _judge
     found, parts = _judge(rows)
     return dict(findings=[dataclasses.asdict(f) for f in found], parts=[dataclasses.asdict(p) for p in parts])
 
@@ -568,7 +572,7 @@ def test_shipped_studies_rejudge_to_the_frozen_findings():
 
 
 def test_null_tables_judge_to_the_frozen_findings():
-    from ctl_explore.study import null_tables
+    from ctl_explore.study.calibration import null_tables
     frozen = json.loads(FROZEN.read_text())["null_tables"]
     tables = null_tables()
     assert sorted(tables) == sorted(frozen)
@@ -580,7 +584,8 @@ def test_null_tables_judge_to_the_frozen_findings():
 # ---------------------------------------------------------------- the findings registry
 
 def test_each_finding_is_declared_once_with_its_rule_generated_from_its_parameters():
-    from ctl_explore.study import BEST_TAUS, CLAIMS, EQUIVALENCE, FINDINGS, RULES, rule_text
+    from ctl_explore.study.stats import BEST_TAUS, EQUIVALENCE
+    from ctl_explore.study.findings import CLAIMS, FINDINGS, RULES, rule_text
     assert list(FINDINGS) == list(CLAIMS) == list(RULES) == [1, 2, 3, 4, 5, 6]
     for n, spec in FINDINGS.items():
         assert CLAIMS[n] == spec.claim and RULES[n] == spec.rule and rule_text(n, 4).startswith(spec.rule + "; 4 tests")
@@ -594,7 +599,7 @@ def test_each_finding_is_declared_once_with_its_rule_generated_from_its_paramete
 
 
 def test_a_finding_registered_in_another_registry_is_judged_by_the_same_loop():
-    from ctl_explore.study import FINDINGS, Judged, Part, _judge, register_finding
+    from ctl_explore.study.findings import FINDINGS, Judged, Part, _judge, register_finding
     registry = {n: FINDINGS[n] for n in (1, 6)}
     @register_finding(registry, 7, "Toy: uniformity stays above 1 (nowhere).", lambda floor: f"every usable run's uniformity above {floor:g}",
                       floor=1.0)
@@ -610,7 +615,8 @@ def test_a_finding_registered_in_another_registry_is_judged_by_the_same_loop():
 
 def test_a_grid_change_leaves_no_rule_or_made_up_study_stale():
     "Another grid (0.07, 0.25 and 0.7 added, 0.5 gone): the made-up study follows it, still agrees, and the null tables are named from it."
-    from ctl_explore.study import RULES, null_tables
+    from ctl_explore.study.findings import RULES
+    from ctl_explore.study.calibration import null_tables
     grid = (0.05, 0.07, 0.1, 0.2, 0.25, 0.3, 0.7, 1.0)
     means = agreeing_means(grid)
     assert sorted(t for (l, t) in means if l == "contrastive") == list(grid)
@@ -633,5 +639,5 @@ def test_a_loss_unknown_to_the_findings_is_still_drawn():
     assert "contrastive (Eq 1)" in names and "hard contrastive (Eq 9)" in names and "toy_tau" in names
     assert any(a.text.startswith("toy_flat: ") for a in figs["accuracy"].layout.annotations)
     assert [f.verdict for f in findings(rows + toy + flat)] == ["reproduced"] * 6  # the findings read only their own losses
-    from ctl_explore.study import table1, trajectory_figure
+    from ctl_explore.study.report import table1, trajectory_figure
     assert {"toy_tau", "toy_flat"} <= {r["loss"] for r in table1(rows + toy + flat)}

@@ -18,11 +18,14 @@ from pathlib import Path
 import pytest
 import torch
 
-import ctl_explore.study as study
-import ctl_explore.study_runs as sr
-from ctl_explore.study_plan import PRESETS, StudyPreset, get_preset, run_name, study_configs, takes_tau
-from ctl_explore.study_runs import (STUDY_MARKER, StudyError, StudyInterrupted, check_shipped, claim_study_folder, failed_row, gather,
-                                    load_results, row_checksum, run_study, saved_row, write_report, write_results)
+import ctl_explore.study.findings as study_findings
+import ctl_explore.study.report as report
+import ctl_explore.study.runner as runner
+import ctl_explore.study.workers as study_workers
+from ctl_explore.study.plan import PRESETS, StudyPreset, get_preset, run_name, study_configs, takes_tau
+from ctl_explore.study.rows import STUDY_MARKER, StudyError, claim_study_folder, failed_row, load_results, row_checksum, saved_row, write_results
+from ctl_explore.study.report import write_report
+from ctl_explore.study.runner import StudyInterrupted, check_shipped, gather, run_study
 
 ROOT = Path(__file__).parents[1]
 TINY = StudyPreset("tiny", width=4, epochs=2, taus=(0.2, 0.5), seeds=(0,), simple_losses=False, linear_epochs=2)
@@ -213,12 +216,11 @@ def test_the_report_escapes_every_field(tiny, tmp_path, monkeypatch):
     bad = [{**rows[0], "run": evil}, {**rows[1], "n_test": evil}, failed_row(study_configs(TINY, 1438)[2], f"RuntimeError: {evil}")]
 
     @dataclasses.dataclass
-    class Finding(study.Finding):
+    class Finding(study_findings.Finding):
         where: str = ""  # a field added later: rendered too
     fake = lambda rs: [Finding(1, evil, evil, evil, rule=evil, where=evil)]
-    monkeypatch.setattr(study, "findings", fake)
-    monkeypatch.setattr(sr, "findings", fake)
-    monkeypatch.setattr(study, "report_sections", lambda rs: [(evil, f"first {evil}\n\nsecond <i>")], raising=False)
+    monkeypatch.setattr(report, "findings", fake)
+    monkeypatch.setattr(report, "report_sections", lambda rs: [(evil, f"first {evil}\n\nsecond <i>")])
     text = write_report(bad, tmp_path, TINY).read_text()
     assert text.count("<script") <= scripts and "alert(1)</script>" not in text and "second <i>" not in text
     assert text.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 8  # run, n_test, error, five fields of the finding, section
@@ -290,7 +292,7 @@ def test_a_study_folder_from_before_the_marker_is_recognised(tiny, tmp_path):
 def test_diverging_runs_become_failed_rows_and_the_report_names_them(tmp_path):
     torch.set_num_threads(1)
     rows = run_study(WILD, tmp_path / "w", quiet=True, workers=1)
-    assert [r["run"] for r in rows] == [sr.run_name(c) for c in study_configs(WILD, 1438)] and len(rows) == 4
+    assert [r["run"] for r in rows] == [run_name(c) for c in study_configs(WILD, 1438)] and len(rows) == 4
     for r in rows:
         assert r["failed"].startswith("TrainingDivergedError: training diverged at epoch 1") and "linear_top1" not in r
         assert {"run", "loss", "tau", "seed", "alpha", "lam", "config"} <= set(r)
@@ -301,17 +303,17 @@ def test_diverging_runs_become_failed_rows_and_the_report_names_them(tmp_path):
 
 def test_any_error_in_a_run_fails_that_run_only_and_a_rerun_retries_only_it(tmp_path, monkeypatch):
     torch.set_num_threads(1)
-    measured, real = [], sr.measure_run
+    measured, real = [], study_workers.measure_run
 
     def flaky(run_dir, **kw):
         measured.append(Path(run_dir).name)
         if Path(run_dir).name == "contrastive-tau0.5-seed0": raise OSError(28, "No space left on device", str(run_dir))
         return real(run_dir, **kw)
-    monkeypatch.setattr(sr, "measure_run", flaky)
+    monkeypatch.setattr(study_workers, "measure_run", flaky)
     rows = run_study(TINY, tmp_path / "s", quiet=True, workers=1)
     assert "failed" not in rows[0] and rows[1]["failed"].endswith("No space left on device")
     assert json.loads((tmp_path / "s" / "runs" / rows[1]["run"] / "result.json").read_text())["failed"] == rows[1]["failed"]
-    monkeypatch.setattr(sr, "measure_run", lambda run_dir, **kw: measured.append(Path(run_dir).name) or real(run_dir, **kw))
+    monkeypatch.setattr(study_workers, "measure_run", lambda run_dir, **kw: measured.append(Path(run_dir).name) or real(run_dir, **kw))
     measured.clear()
     again = run_study(TINY, tmp_path / "s", quiet=True, workers=1)
     assert measured == ["contrastive-tau0.5-seed0"] and again[0] == rows[0] and "failed" not in again[1]
@@ -330,7 +332,7 @@ def test_ctrl_c_says_how_many_runs_are_saved(tmp_path, monkeypatch):
         calls.append(run_dir.name)
         if len(calls) == 3: raise KeyboardInterrupt
         return dict(failed="x") if len(calls) == 2 else dict(run=run_dir.name), None
-    monkeypatch.setattr(sr, "_attempt", attempt)
+    monkeypatch.setattr(runner, "_attempt", attempt)
     with pytest.raises(StudyInterrupted) as caught:
         run_study(dataclasses.replace(TINY, taus=(0.1, 0.2, 0.5)), tmp_path / "s", quiet=True, workers=1)
     assert "1 of its 6 runs finished and saved" in str(caught.value) and "1 failed" in str(caught.value)
@@ -338,12 +340,12 @@ def test_ctrl_c_says_how_many_runs_are_saved(tmp_path, monkeypatch):
 
 
 def test_workers_are_capped_and_say_so(monkeypatch):
-    monkeypatch.setattr(sr, "_cores", lambda: 2)
+    monkeypatch.setattr(study_workers, "_cores", lambda: 2)
     with pytest.warns(UserWarning, match="workers lowered from 8 to 2: 3 run\\(s\\) left to train, 2 CPU core"):
-        assert sr._capped_workers(TINY, 8, 3) == 2
+        assert study_workers._capped_workers(TINY, 8, 3) == 2
     with pytest.warns(UserWarning, match="workers lowered from 4 to 1: 1 run"):
-        assert sr._capped_workers(TINY, 4, 1) == 1
-    assert sr._capped_workers(TINY, None, 40) == 2  # the default is not a request: no warning
+        assert study_workers._capped_workers(TINY, 4, 1) == 1
+    assert study_workers._capped_workers(TINY, None, 40) == 2  # the default is not a request: no warning
 
 
 # --- GPUs as the scheduler gave them ---------------------------------------------------------------------------------------
@@ -361,12 +363,12 @@ def test_workers_take_the_gpus_the_scheduler_listed(monkeypatch, listed, count, 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "restored after the test")
     if listed is None: monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     else: monkeypatch.setenv("CUDA_VISIBLE_DEVICES", listed)
-    assert sr.worker_devices(workers) == expected
+    assert study_workers.worker_devices(workers) == expected
     for gpu in expected:  # what each worker's environment gets
         q = queue.Queue()
         q.put(gpu)
         monkeypatch.setattr(torch, "set_num_threads", lambda n: None)
-        sr._worker_start(q)
+        study_workers._worker_start(q)
         assert os.environ["CUDA_VISIBLE_DEVICES"] == gpu
 
 
@@ -387,7 +389,7 @@ def test_a_cuda_study_hands_its_workers_the_listed_gpus(tmp_path, monkeypatch):
                     seen.append(os.environ["CUDA_VISIBLE_DEVICES"])
         def submit(self, *a, **k): raise RuntimeError("no real workers in this test")
         def shutdown(self, **k): pass
-    monkeypatch.setattr(sr, "ProcessPoolExecutor", FakePool)
+    monkeypatch.setattr(runner, "ProcessPoolExecutor", FakePool)
     cuda = dataclasses.replace(TINY, device="cuda")
     with pytest.raises(RuntimeError, match="no real workers"):
         run_study(cuda, tmp_path / "s", quiet=True, workers=4)
@@ -420,8 +422,8 @@ def _alive(pid: int) -> bool:
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process tree from /proc")
 def test_killing_the_parent_leaves_no_worker(tmp_path):
     code = textwrap.dedent(f"""
-        from ctl_explore.study_plan import StudyPreset
-        from ctl_explore.study_runs import run_study
+        from ctl_explore.study.plan import StudyPreset
+        from ctl_explore.study.runner import run_study
         p = StudyPreset("long", width=4, epochs=400, taus=(0.2, 0.5), seeds=(0,), simple_losses=False, linear_epochs=2)
         run_study(p, {str(tmp_path / 'S')!r}, quiet=True, workers=2)
     """)
@@ -447,8 +449,8 @@ def test_killing_the_parent_leaves_no_worker(tmp_path):
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process tree from /proc")
 def test_ctrl_c_stops_a_worker_study_and_counts_what_is_saved(tmp_path):
     code = textwrap.dedent(f"""
-        from ctl_explore.study_plan import StudyPreset
-        from ctl_explore.study_runs import StudyInterrupted, run_study
+        from ctl_explore.study.plan import StudyPreset
+        from ctl_explore.study.runner import StudyInterrupted, run_study
         p = StudyPreset("long", width=4, epochs=400, taus=(0.2, 0.5), seeds=(0,), simple_losses=False, linear_epochs=2)
         try: run_study(p, {str(tmp_path / 'S')!r}, quiet=True, workers=2)
         except StudyInterrupted as e: print(e)
@@ -469,8 +471,8 @@ def test_ctrl_c_stops_a_worker_study_and_counts_what_is_saved(tmp_path):
 @pytest.mark.slow
 def test_a_study_from_standard_input_runs_its_workers(tmp_path):
     script = textwrap.dedent(f"""
-        from ctl_explore.study_plan import StudyPreset
-        from ctl_explore.study_runs import run_study
+        from ctl_explore.study.plan import StudyPreset
+        from ctl_explore.study.runner import run_study
         p = StudyPreset("tiny", width=4, epochs=1, taus=(0.2, 0.5), seeds=(0,), simple_losses=False, linear_epochs=1)
         rows = run_study(p, {str(tmp_path / 'S')!r}, quiet=True, workers=2)
         print(len(rows), sum("failed" in r for r in rows))
@@ -872,7 +874,7 @@ def test_the_smoke_preset_with_one_loss_is_a_whole_study(tmp_path):
     one = dataclasses.replace(get_preset("smoke"), losses=("contrastive",), seeds=(0,), linear_epochs=1)
     rows = run_study(one, tmp_path / "one", quiet=True, workers=1)
     assert [r["run"] for r in rows] == ["contrastive-tau0.1-seed0", "contrastive-tau0.5-seed0"]
-    assert [p["run"] for p in sr.study_plan(one, n_train=1438)] == [r["run"] for r in rows]
+    assert [p["run"] for p in runner.study_plan(one, n_train=1438)] == [r["run"] for r in rows]
     check_shipped(one, rows)
     text = write_report(rows, tmp_path / "one", one).read_text()
     assert "contrastive-tau0.5-seed0" in text and "inconclusive" in text
@@ -910,5 +912,5 @@ def test_a_report_renders_the_rows_of_a_loss_the_findings_do_not_know(tmp_path):
 
 def test_the_report_builds_its_html_from_templates():
     import inspect
-    source = inspect.getsource(sr.write_report)
+    source = inspect.getsource(report.write_report)
     assert "<tr>" not in source and "<p" not in source  # every piece of HTML is a string.Template of the module

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from ctl_explore.data import TwoViewAugment, load_dataset
 from ctl_explore.data import ImageData
-from ctl_explore.study import direction_verdict
+from ctl_explore.study.stats import direction_verdict
 from ctl_explore.suppression import (
     RANDBIT_CONFIG, RANDBIT_MNIST_PAPER, SCALES, MultiDigits, RandBit, SuppressionConfig, SuppressionExplorer,
     accuracy_direction, append_bits, at_chance, cached_result, features, make_multidigits, multidigits_figure, paper_table,
@@ -516,7 +516,7 @@ def test_each_claim_is_declared_once_with_its_rule_generated_from_z():
 
 def test_accuracy_direction_is_the_study_difference_at_z():
     "accuracy_direction is lesson 09's Difference of two single runs (accuracy_gap) judged at z standard errors."
-    from ctl_explore.study import accuracy_gap
+    from ctl_explore.study.stats import accuracy_gap
     for a, b, n in ((0.9, 0.5, 359), (0.5, 0.55, 359), (0.5, 0.55, 100_000), (0.3, 0.3, 10), (1.0, 0.0, 5)):
         d = accuracy_gap(a, b, n, n)
         assert math.isclose(d.value, a - b) and accuracy_direction(a, b, n, n) == d.sign(critical=2.0)
