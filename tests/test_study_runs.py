@@ -877,7 +877,7 @@ def test_the_smoke_preset_with_one_loss_is_a_whole_study(tmp_path):
     assert [p["run"] for p in runner.study_plan(one, n_train=1438)] == [r["run"] for r in rows]
     check_shipped(one, rows)
     text = write_report(rows, tmp_path / "one", one).read_text()
-    assert "contrastive-tau0.5-seed0" in text and "inconclusive" in text
+    assert "contrastive-tau0.5-seed0" in text and "undecided" in text
 
 
 def test_the_shipped_study_is_what_the_digits_preset_plans():

@@ -21,6 +21,7 @@ from ..run_folders import write_atomic
 from ..train import PretrainConfig
 from .calibration import dependence, verdict_stability
 from .findings import _judge, Finding, findings, Part
+from .judge import planned_cells
 from .measure import CRITERIA, first_drop
 from .plan import get_preset, StudyPreset
 from .rows import (_integer, _number, _probe_text, _replaceable, FAILED_KEYS, FIELD_RULES,
@@ -174,27 +175,38 @@ HISTORY = [  # the protocol's history; lesson 09 recomputes every number here fr
                 "at least 0.5), the five τ, three seeds and the digits preset (chosen by a pilot "
                 "of 23 runs with seed 99, judged by the criteria only)", verdicts=None),
     dict(run="first-run", commit="7d1f295", seen="before any verdict", change="measured every 10 epochs, least-squares window fit",
-         usable=29, verdicts=("R", "I", "I", "I", "R", "R"), rejudged=("R", "I", "I", "I", "R", "R"), window_changes=(-0.25, 0.40)),
+         usable=29, verdicts=("R", "I", "I", "I", "R", "R"), rejudged=("U", "U", "U", "U", "U", "U"), window_changes=(-0.25, 0.40)),
     dict(run="second-run", commit="7cdbc1a", seen="after the first run's verdicts",
          change="the measurement: every 5 epochs and the Theil–Sen slope (tolerances unchanged)", usable=33,
-         verdicts=("R", "I", "I", "I", "R", "R"), rejudged=("P", "I", "I", "I", "P", "R"), knn_misses=(0.0211, 0.0211, 0.0346)),
+         verdicts=("R", "I", "I", "I", "R", "R"), rejudged=("P", "U", "U", "U", "P", "R"), knn_misses=(0.0211, 0.0211, 0.0346)),
     dict(run="third-run", commit="59bffde", seen="after the second run's verdicts had shipped",
          change="the stretch rule: a run not settled at its first learning-rate drop trains 50 epochs longer, up to 400, decided "
                 "from the kNN monitor, which reads the test labels", usable=36, stretched=3, verdicts=("R", "I", "I", "R", "R", "R"),
-         rejudged=("P", "I", "I", "I", "P", "R")),
+         rejudged=("P", "U", "U", "U", "P", "R")),
     dict(run="fourth-run", commit="766589b", seen="after the third run's verdicts",
          change="none to the protocol; the losses rewritten (same equations, another order of summation): the 15 ordinary runs came out "
                 "identical to the third run's, the 21 others differ by up to 0.025 in accuracy, 0.041 in uniformity and 0.046 in "
-                "neighbour purity", usable=36, stretched=2, verdicts=("R", "I", "I", "R", "R", "R"), rejudged=("P", "I", "I", "I", "P", "R"),
+                "neighbour purity", usable=36, stretched=2, verdicts=("R", "I", "I", "R", "R", "R"), rejudged=("P", "U", "U", "U", "P", "R"),
          largest=dict(linear_top1=0.025, uniformity=0.041, neighbour_purity=0.046)),
-    dict(run="rules", commit="1f2e78a", seen="after every verdict above, before the fifth run's",
-         change="the finding rules of this version (reversals between neighbouring τ, the peak at 0.2 or 0.3, an equivalence margin of "
+    dict(run="rules", commit="1f2e78a", committed="2026-12-01 09:17:02", on_disk=14,
+         seen="after every verdict above, and while the fifth run was in progress: committed at 09:17:02, 21 minutes after that run "
+              "had started (08:55:47), when by its runs' wall times on its two workers about 14 of its 42 results were on disk, "
+              "every ordinary run at τ = 0.05, 0.1, 0.2 and 0.3 among them",
+         change="the finding rules of that version (reversals between neighbouring τ, the peak at 0.2 or 0.3, an equivalence margin of "
                 "0.02, Bonferroni within each finding, accuracies paired by test image); within them, variances pooled over τ was chosen "
                 "after per-cell variances (t ≈ 10 at the Bonferroni level with three seeds) had left finding 1 on the shipped rows "
                 "inconclusive; pooled, it is partly reproduced", verdicts=None),
-    dict(run="fifth-run (results.json)", commit="e85b96e", seen="before its verdicts",
+    dict(run="fifth-run (results.json)", commit="e85b96e", committed="2026-12-01 08:53:42",
+         seen="its protocol committed before it started (08:55:47 to 10:01:04, made.json); its finding rules committed while it ran (above)",
          change="convergence and stretching decided from uniformity and alignment only (no test label read), τ = 0.3 added, the "
-                "probe's per-image correctness recorded", usable=42, stretched=4, verdicts=None, rejudged=("P", "I", "I", "I", "R", "R")),
+                "probe's per-image correctness recorded", usable=42, stretched=4, verdicts=None, rejudged=("P", "U", "U", "U", "R", "R")),
+    dict(run="judge", commit=None, seen="after every run above and every verdict of the fifth",
+         change="the judge of appendix 28: rows checked against their own records, flags and plan (a cell short of two usable seeds "
+                "makes its claims undecided, never a smaller grid); each claim tested for presence and absence against a smallest "
+                "effect of interest from [WL21] (far worse 8.44 points, competitive 1 point, a tenth of a measurement's range for a "
+                "trend); 'inconclusive' became 'undecided at this scale', with the power each finding had. On the fifth run it "
+                "changes no verdict but that word; on the first, whose ordinary cell at τ = 0.05 had one usable seed, it decides "
+                "nothing where the earlier rules had judged a smaller grid", verdicts=None),
 ]
 
 def _verdict_letters(found: list[Finding]) -> str:
@@ -206,7 +218,7 @@ def report_sections(rows: list[dict], resamples: int = 200) -> list[tuple[str, s
     ok = usable(rows)
     n_tests = {f.number: int(re.search(r"; (\d+) tests?, each", f.rule).group(1)) for f in found}
     paired = bool(ok) and all(r.get("probe_correct") for r in ok)
-    family = ("Each finding is a family of tests: the global trend and every pair of neighbouring τ for a trend, every τ the claim "
+    family = ("Each finding is a family of tests: the change end to end and every pair of neighbouring τ for a trend, every τ the claim "
               f"names for a comparison. The family shares a false-alarm rate of {SIGNIFICANCE:g} (Bonferroni): with m tests, each "
               f"is made at {SIGNIFICANCE:g}/m. Here m is " + ", ".join(f"{m} for finding {n}" for n, m in n_tests.items())
               + f", {sum(n_tests.values())} tests in all. The six findings are not corrected against each other: if no claim held "
@@ -232,7 +244,8 @@ def report_sections(rows: list[dict], resamples: int = 200) -> list[tuple[str, s
               "evidence seen three ways, not three independent confirmations.")
     lines = []
     for h in HISTORY:
-        text = f"{h['run']}" + (f" (commit {h['commit']})" if h.get("commit") else "") + f", {h['seen']}: {h['change']}."
+        text = (f"{h['run']}" + (f" (commit {h['commit']}" + (f", {h['committed']} UTC" if h.get("committed") else "") + ")" if h.get("commit") else "")
+                + f", {h['seen']}: {h['change']}.")
         if h.get("usable"): text += f" {h['usable']} of {42 if h['run'].startswith('fifth') else 36} runs usable."
         if h.get("verdicts"): text += " Verdicts by the rules of that time: " + ", ".join(f"{i} {v}" for i, v in enumerate(h["verdicts"], 1)) + "."
         if h.get("rejudged"): text += " By this version's rules: " + ", ".join(f"{i} {v}" for i, v in enumerate(h["rejudged"], 1)) + "."
@@ -241,12 +254,13 @@ def report_sections(rows: list[dict], resamples: int = 200) -> list[tuple[str, s
                                          + " against the tolerance 0.02.")
         if h.get("stretched"): text += f" {h['stretched']} runs stretched to 250 epochs."
         lines.append(text)
-    lines.append("R reproduced, P partly reproduced, N not reproduced, I inconclusive at this scale.")
+    lines.append("R reproduced, P partly reproduced, N not reproduced, U undecided at this scale (this version's word), I inconclusive at this scale (the word of the rules before it).")
     history = ("Fixed before any verdict: the convergence tolerances and the pilot's choice of preset. "
                "Changed after verdicts had been seen: the measurement (first → second run), the stretch rule (second → third run: "
                "finding 4 moved from inconclusive to reproduced, with three runs no longer left out), and the finding rules "
-               "themselves (this version: on the fourth run it moves finding 1 and 5 from reproduced to partly reproduced and finding 4 from "
-               "reproduced to inconclusive). Step by step:\n\n" + "\n\n".join(lines))
+               "themselves (the rules of 1f2e78a: on the fourth run they moved findings 1 and 5 from reproduced to partly reproduced and "
+               "finding 4 from reproduced to inconclusive), committed while the fifth run was under way, and the judge of this version, "
+               "written after the fifth run's verdicts. Step by step:\n\n" + "\n\n".join(lines))
     breaks = [f"Finding {f.number} ({f.verdict}): {f.where}." for f in found if f.where]
     where = ("\n\n".join(breaks) + "\n\nEach is drawn in orange in the figures above." if breaks else
              "No test contradicted a claim anywhere on the τ curve.")
@@ -261,7 +275,7 @@ _WL21_SCALE = dict(dataset="CIFAR10 (also CIFAR100, SVHN, ImageNet100)", train_i
 REPORT_TEMPLATE = string.Template("""<!doctype html><html><head><meta charset="utf-8">$generator<title>ctl_explore temperature study: $dataset</title>
 <style>body{font-family:sans-serif;max-width:1150px;margin:2em auto;} table{border-collapse:collapse;margin:0.5em 0} td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top} .v{font-weight:bold} .scroll{max-height:22em;overflow:auto} .failed{color:#a00}</style>
 </head><body><h1>The temperature study on $dataset: [WL21]'s findings tested at this scale</h1>
-<p>Wang &amp; Liu, <i>Understanding the Behaviour of Contrastive Loss</i>, CVPR 2021 [WL21], make six findings about the temperature τ. This study trains $n_rows runs (preset <b>$preset</b>$preset_note) and tests each finding by the rule printed beside its verdict. Of the six, <b>$n_reproduced reproduced</b>, $n_partly partly reproduced (the claim holds over part of the τ range and breaks where named), $n_not_reproduced not reproduced and $n_inconclusive inconclusive <i>at this scale</i>: a verdict here speaks for these runs, not for the paper's.</p>
+<p>Wang &amp; Liu, <i>Understanding the Behaviour of Contrastive Loss</i>, CVPR 2021 [WL21], make six findings about the temperature τ. This study trains $n_rows runs (preset <b>$preset</b>$preset_note) and tests each finding by the rule printed beside its verdict. Of the six, <b>$n_reproduced reproduced</b>, $n_partly partly reproduced (the claim holds over part of the τ range and breaks where named), $n_not_reproduced not reproduced and $n_inconclusive undecided <i>at this scale</i> (its power beside each verdict): a verdict here speaks for these runs, not for the paper's.</p>
 $unfinished$failed
 <h2>Scale and regime</h2>
 <table><tr><th></th><th>this study</th><th>[WL21]</th></tr>$scale_rows</table>
@@ -274,7 +288,7 @@ $figures
 <h2>Table 1 analogue: linear top-1 at each loss's best τ</h2>
 <table><tr><th>loss</th><th>τ</th><th>accuracy (mean ± std)</th><th>seeds</th></tr>$table1</table>
 <h2>Findings</h2>
-<p>Each finding is tested by the rule in its row (significance level $significance; accuracies compared image by image on the $n_test shared test images). A finding is reproduced when every test agrees with the paper, partly reproduced when some agree and others contradict it (where it breaks is named), not reproduced when the tests that decide contradict it, and inconclusive otherwise. The family of tests, how multiplicity is handled, each verdict's stability and the protocol's history follow the table.</p>
+<p>Each finding is tested by the rule in its row (significance level $significance; accuracies compared image by image on the $n_test shared test images). Each claim is tested against its smallest effect of interest, fixed from [WL21] before any run: a finding is reproduced when every part shows the effect present, not reproduced when every part shows it absent or reversed beyond its margin, partly reproduced when one part holds and another breaks (where is named), and undecided at this scale otherwise; its power is the chance a study of this size had of deciding it at its margin, and the seeds per cell that 80% power would need are beside it. The family of tests, how multiplicity is handled, each verdict's stability and the protocol's history follow the table.</p>
 <table><tr>$finding_heads</tr>$findings</table>
 $sections
 </body></html>
@@ -334,7 +348,8 @@ def _split(rows: list[dict]) -> tuple[list[dict], list[dict]]:
         clean.append(r)
     return clean, [r for r in clean if "failed" not in r]
 
-_FINDING_HEADS = dict(number="#", claim="[WL21] claims", rule="rule", measured="this study measured", verdict="verdict")
+_FINDING_HEADS = dict(number="#", claim="[WL21] claims", rule="rule", measured="this study measured", verdict="verdict",
+                      power="power at its margin", seeds_needed="seeds per cell for 80% power")
 
 def _findings_table(found: list) -> tuple[str, str]:
     "The findings' header cells and rows: every field of each Finding (those added later too), escaped."
@@ -342,7 +357,8 @@ def _findings_table(found: list) -> tuple[str, str]:
     names = [f.name for f in dataclasses.fields(found[0])]
     names = [n for n in _FINDING_HEADS if n in names] + [n for n in names if n not in _FINDING_HEADS]
     heads = "".join(f"<th>{_esc(_FINDING_HEADS.get(n, n.replace('_', ' ')))}</th>" for n in names)
-    cell = lambda n, v: f"<td class='v'>{_esc(v)}</td>" if n == "verdict" else f"<td>{_esc(v)}</td>"
+    shown = lambda n, v: f"{v:.0%}" if n == "power" and _number(v) else "over 200" if n == "seeds_needed" and v is None else v
+    cell = lambda n, v: f"<td class='v'>{_esc(v)}</td>" if n == "verdict" else f"<td>{_esc(shown(n, v))}</td>"
     body = "".join("<tr>" + "".join(cell(n, getattr(f, n)) for n in names) + "</tr>" for f in found)
     return heads, body
 
@@ -362,7 +378,7 @@ def write_report(rows: list[dict], out_dir: str | Path, preset: str | StudyPrese
     p = get_preset(preset) if preset is not None else None
     clean, measured = _split(rows)
     failed = [r for r in clean if "failed" in r]
-    found = findings(clean)
+    found = findings(clean, plan=planned_cells(p) if p is not None else None)
     counts = {v: sum(f.verdict == v for f in found) for v in VERDICTS}
     with_trajectories = [r for r in measured if "trajectory" in r and isinstance(r.get("config"), dict)]
     figs = {**({"trajectories": trajectory_figure(with_trajectories)} if with_trajectories else {}), **study_figures(clean)}
@@ -395,7 +411,7 @@ def write_report(rows: list[dict], out_dir: str | Path, preset: str | StudyPrese
         generator=REPORT_GENERATOR, dataset=_esc(measured[0]["config"].get("dataset") if measured and isinstance(measured[0].get("config"), dict) else "?"),
         n_rows=len(rows), preset=_esc(p.name) if p else "?", preset_note=": " + _esc(p.note) if p and p.note else "",
         n_reproduced=counts["reproduced"], n_partly=counts["partly reproduced"], n_not_reproduced=counts["not reproduced"],
-        n_inconclusive=counts["inconclusive at this scale"],
+        n_inconclusive=counts[VERDICTS[3]],
         unfinished=unfinished, failed=failed_html,
         scale_rows="".join(_SCALE_ROW.substitute(what=_esc(k.replace("_", " ")), ours=_esc(v), theirs=_esc(_WL21_SCALE[k]))
                            for k, v in _scale(measured).items()),
