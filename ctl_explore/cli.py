@@ -17,14 +17,14 @@ from pathlib import Path
 from fastcore.docments import docments
 
 from .checks import check_positive
-from .data import DATASETS
-from .losses import loss_names
+from .data import DATASETS, dataset_spec
+from .losses import loss_names, loss_spec
 from .models import BACKBONES, HEADS, NORMS, STEMS
-from .train import (NEGATIVES, PRECISION_CHOICES, PRECISIONS, CheckpointError, PretrainConfig, RunFolderError,
-                               TrainingDivergedError, TrainingInterrupted)
+from .run_folders import CheckpointError, RunFolderError
+from .train import NEGATIVES, PRECISION_CHOICES, PRECISIONS, PretrainConfig, TrainingDivergedError, TrainingInterrupted
 
 # %% auto #0
-__all__ = ['option_choices', 'field_help', 'study_preset', 'build_parser', 'main']
+__all__ = ['STUDY_AXES', 'STUDY_BASE', 'option_choices', 'field_help', 'study_preset', 'build_parser', 'main']
 
 # %% ../nbs/90_cli.ipynb #f8305e06
 def option_choices() -> dict[str, tuple]:
@@ -51,12 +51,21 @@ def _compile_mode(text: str) -> str:
     if text not in ("encoder", "step"): raise argparse.ArgumentTypeError(f"must be encoder or step, got {text!r}")
     return text
 
+def _registered(field: str) -> str:
+    "What the registries hold now for `field`, said in its option's help: the losses that take τ or λ, each dataset's default image size."
+    if field in ("tau", "lam", "alpha"):
+        takers = [name for name in loss_names() if field in loss_spec(name).params]
+        return f"; registered losses that take it: {', '.join(takers) or 'none'}"
+    if field == "image_size":
+        return "; registered datasets' default sizes: " + ", ".join(f"{name} {dataset_spec(name).image_size}" for name in DATASETS)
+    return ""
+
 def _add_config_options(parser: argparse.ArgumentParser, cls, choices: dict | None = None) -> None:
     "One --option per field of the dataclass `cls`: its help from the field's comment, its type from the annotation, its choices (`choices`, by field) from the registries."
     helps, hints, choices = field_help(cls), typing.get_type_hints(cls), choices or {}
     for f in dataclasses.fields(cls):
         flag, default, among = "--" + f.name.replace("_", "-"), f.default, choices.get(f.name)
-        text = helps[f.name] + ("" if "(default" in helps[f.name] else f" (default: {default})")  # argparse lists the choices
+        text = helps[f.name] + ("" if "(default" in helps[f.name] else f" (default: {default})") + _registered(f.name)  # argparse lists the choices
         kw = dict(dest=f.name, help=text.replace("%", "%%"), default=default)
         if f.name == "compile":  # --compile [encoder|step], --no-compile
             parser.add_argument(flag, nargs="?", const=True, type=_compile_mode, metavar="{encoder,step}", **kw)
@@ -78,13 +87,40 @@ def _workers(text: str) -> int:
     if n < 1: raise argparse.ArgumentTypeError(f"must be a whole number >= 1 (worker processes), got {text!r}")
     return n
 
-def study_preset(name: str, taus: list[float] | None = None):
-    "The study preset called `name`, sweeping `taus` instead of its own temperatures when given (and named after them)."
+STUDY_AXES = ("losses", "taus", "seeds")  # the fields of a preset that `ctl-explore study` may replace, one option each
+STUDY_BASE = ("dataset",)                 # the fields of a preset's base configuration it may replace
+
+def study_preset(name: str, taus: list[float] | None = None, **changes):
+    "The study preset called `name`, resolved once, where the user names it: with the axes (`taus`, `losses`, `seeds`) and base fields (`dataset`) given instead of its own, and named after them (e.g. digits-taus0.1-0.5)."
     from ctl_explore.study.plan import get_preset
     preset = get_preset(name)
-    if not taus: return preset
-    taus = tuple(sorted({check_positive("--taus", t) for t in taus}))
-    return dataclasses.replace(preset, name=f"{preset.name}-taus" + "-".join(format(t, "g") for t in taus), taus=taus)
+    given = {k: v for k, v in dict(taus=taus, **changes).items() if v is not None}
+    unknown = sorted(set(given) - set(STUDY_AXES + STUDY_BASE))
+    if unknown: raise ValueError(f"study_preset changes only {', '.join(STUDY_AXES + STUDY_BASE)}, got {', '.join(unknown)}")
+    if "taus" in given: given["taus"] = tuple(sorted({check_positive("--taus", t) for t in given["taus"]}))
+    if not given: return preset
+    text = lambda v: format(v, "g") if isinstance(v, float) else str(v)
+    suffix = "".join(f"-{k}" + "-".join(map(text, given[k] if isinstance(given[k], (tuple, list)) else [given[k]]))
+                     for k in STUDY_AXES + STUDY_BASE if k in given)
+    preset = dataclasses.replace(preset, name=preset.name + suffix, **{k: tuple(given[k]) for k in STUDY_AXES if k in given})
+    base = {k: given[k] for k in STUDY_BASE if k in given}
+    return preset.with_base(**base) if base else preset
+
+def _add_preset_options(parser: argparse.ArgumentParser) -> None:
+    "One --option per axis a preset sweeps (`STUDY_AXES`, the preset's field comments as help) and per base field (`STUDY_BASE`, `PretrainConfig`'s), choices read from the registries now."
+    from ctl_explore.study.plan import StudyPreset
+    helps, hints, choices = docments(StudyPreset), typing.get_type_hints(StudyPreset), option_choices()
+    again = ("; the study is then named after them (e.g. digits-{flag}...), and so is its default folder; give the same to every "
+             "command of one study (--list, --run, --report)")
+    for name in STUDY_AXES:
+        among = choices.get(name[:-2] if name.endswith("ses") else name[:-1])  # losses: the registered losses
+        parser.add_argument("--" + name, nargs="+", type=_value_type(hints[name]), default=None, choices=among,
+                            metavar=None if among else name[:-1].upper(),
+                            help=(f"{helps[name]}, instead of the preset's" + again.format(flag=name)).replace("%", "%%"))
+    config = field_help(PretrainConfig)
+    for name in STUDY_BASE:
+        parser.add_argument("--" + name.replace("_", "-"), default=None, choices=choices.get(name), metavar=None if choices.get(name) else name.upper(),
+                            help=(f"{config[name].split(' (default')[0]}, instead of the preset's" + again.format(flag=name)).replace("%", "%%"))
 
 def build_parser() -> argparse.ArgumentParser:
     "The `ctl-explore` argument parser with its subcommands."
@@ -101,9 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "*-paper: [WL21]'s settings for CUDA machines (default: digits)")
     st.add_argument("--out", type=_folder, default=None, help="output folder: new, empty, or a study's own (it holds the marker "
                     ".ctl_explore_study); a folder holding other files is refused, never overwritten (default: study-<preset>)")
-    st.add_argument("--taus", type=float, nargs="+", default=None, metavar="TAU", help="the temperatures to sweep instead of the "
-                    "preset's, e.g. --taus 0.1 0.2 0.5 (the study is then named after them, e.g. digits-taus0.1-0.2-0.5, and so is its "
-                    "default folder); give the same to every command of one study (--list, --run, --report)")
+    _add_preset_options(st)
     st.add_argument("--device", default=None, help="override the preset's device (auto, cpu, cuda)")
     st.add_argument("--quiet", action="store_true", help="no progress bar")
     st.add_argument("--workers", type=_workers, default=None, help="parallel worker processes, each training whole runs (default: "
@@ -177,7 +211,7 @@ def _run(command: str, args: dict) -> int:
         from ctl_explore.study.rows import load_results
         from ctl_explore.study.report import write_report
         from ctl_explore.study.runner import report_study, run_one, run_study, study_plan, study_status
-        preset = study_preset(args["preset"], args["taus"])
+        preset = study_preset(args["preset"], **{k: args[k] for k in STUDY_AXES + STUDY_BASE})  # resolved here, once
         out = args["out"] or Path(f"study-{preset.name}")
         if args["device"] is not None: PretrainConfig(device=args["device"])  # a wrong device is a usage error, --list included
         if args["list"]:

@@ -23,13 +23,13 @@ __all__ = ['study_images', 'study_hours', 'run_history', 'steady_throughput', 't
            'device_summary']
 
 # %% ../nbs/15_gpu_study.ipynb #7168e7ff
-def study_images(preset: str | StudyPreset, n_train: int) -> int:
+def study_images(preset: StudyPreset, n_train: int) -> int:
     "Images the pretraining runs of `preset` process in all: epochs × full batches × batch size, summed over its runs (before any stretch)."
     if isinstance(n_train, bool) or not isinstance(n_train, int) or n_train < 1:
         raise ValueError(f"n_train must be an integer >= 1 (the training images), got {n_train!r}")
     return sum(c.epochs * (n_train // c.batch_size) * c.batch_size for c in study_configs(preset, n_train))
 
-def study_hours(preset: str | StudyPreset, n_train: int, images_per_s: float, gpus: int = 1) -> float:
+def study_hours(preset: StudyPreset, n_train: int, images_per_s: float, gpus: int = 1) -> float:
     "Hours of pretraining for `preset` at `images_per_s` per GPU, its runs shared out over `gpus` (linear evaluation not counted)."
     if isinstance(images_per_s, bool) or not isinstance(images_per_s, (int, float)) or not images_per_s > 0:
         raise ValueError(f"images_per_s must be a number > 0, got {images_per_s!r}")

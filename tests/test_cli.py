@@ -159,6 +159,20 @@ def test_taus_replace_the_presets_grid_and_name_the_study():
         study_preset("smoke", [0.1, -1.0])
 
 
+def test_losses_seeds_and_dataset_replace_the_presets_axes(capsys):
+    "--losses, --seeds and --dataset, generated from the preset's fields, resolve the preset once and name the study after them."
+    from ctl_explore.cli import study_preset
+    assert main(["study", "--preset", "smoke", "--losses", "contrastive", "simple", "--seeds", "3", "--taus", "0.5", "--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split("\t")[1] for line in lines[1:]] == ["contrastive-tau0.5-seed3", "simple-seed3"]
+    p = study_preset("smoke", None, losses=["simple"], seeds=[1, 2], dataset="mnist")
+    assert (p.losses, p.seeds, p.base.dataset, p.name) == (("simple",), (1, 2), "mnist", "smoke-lossessimple-seeds1-2-datasetmnist")
+    with pytest.raises(SystemExit): main(["study", "--losses", "no_such_loss", "--list"])
+    assert "invalid choice: 'no_such_loss'" in capsys.readouterr().err
+    with pytest.raises(SystemExit): main(["study", "--preset", "smoke", "--seeds", "-1", "--list"])
+    assert "each of seeds must be one of integer seeds >= 0, got -1" in capsys.readouterr().err
+
+
 def test_taus_on_the_command_line(capsys):
     assert main(["study", "--preset", "smoke", "--taus", "0.3", "--list"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()[1:]

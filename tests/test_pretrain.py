@@ -258,7 +258,7 @@ def test_simple_losses_default_to_eq7_lambda_and_train_the_studys_loss(tmp_path)
     # the loss sees (the bank's n_train − 1 other rows; HardSimple's ⌈αK⌉ kept ones), which is what the study passes
     torch.set_num_threads(1)
     from ctl_explore.losses import n_informative
-    from ctl_explore.study.plan import study_configs
+    from ctl_explore.study.plan import PRESETS, study_configs
     tiny = dict(epochs=1, width=4, out_dim=16, knn_k=20, device="cpu")
     k = 1437  # the digits' training split has 1438 images
     for loss, explicit in (("simple", 1 / k), ("hard_simple", 1 / n_informative(k, 0.0819))):
@@ -270,7 +270,7 @@ def test_simple_losses_default_to_eq7_lambda_and_train_the_studys_loss(tmp_path)
         assert any(not torch.equal(w["other"][key], w["given"][key]) for key in w["given"]), loss  # λ = 1: another loss
     # the study passes exactly the default λ; its shipped rows, which saved lam 1.0 for the softmax losses (the old
     # default, never read), compare equal to the configurations it makes now, which leave lam unset there
-    for cfg in study_configs("digits", 1438):
+    for cfg in study_configs(PRESETS["digits"], 1438):
         if cfg.loss in ("simple", "hard_simple"): assert cfg.lam == default_lam(cfg.loss, k, cfg.alpha), cfg
         else: assert cfg.lam is None, cfg
     shipped = Path(__file__).parents[1] / "data" / "study-digits"

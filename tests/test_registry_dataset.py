@@ -123,12 +123,17 @@ def test_toy_is_a_choice_of_the_command_line(toy, tmp_path):
     assert args.dataset == "toy"
 
 
-def test_a_smoke_study_runs_on_toy(toy, tmp_path):
-    from ctl_explore.study.plan import get_preset
+def test_a_one_run_study_runs_on_toy_and_reports_it(toy, tmp_path):
+    "A 1-run study on the toy dataset, named as on the command line (`--dataset toy`): its run trains on the toy's images, its row has the loss's τ, and the report names the dataset."
+    from ctl_explore.cli import study_preset
+    from ctl_explore.study.report import write_report
     from ctl_explore.study.runner import run_study
     torch.set_num_threads(1)
-    preset = dataclasses.replace(get_preset("smoke"), dataset="toy", batch_size=16, taus=(0.5,), seeds=(0,))  # 48 training images
+    preset = study_preset("smoke", [0.5], losses=["contrastive"], seeds=[0], dataset="toy").with_base(batch_size=16)  # 48 training images
+    assert preset.name == "smoke-lossescontrastive-taus0.5-seeds0-datasettoy"
     rows = run_study(preset, tmp_path / "study", quiet=True, device="cpu", workers=1)
-    assert rows and not [r for r in rows if "failed" in r]
+    assert len(rows) == 1 and "failed" not in rows[0], rows
+    assert (rows[0]["tau"], rows[0]["alpha"], rows[0]["lam"], rows[0]["n_train"]) == (0.5, None, None, len(load_dataset("toy", train=True)))
     configs = [json.loads(p.read_text()) for p in (tmp_path / "study" / "runs").glob("*/config.json")]
-    assert len(configs) == len(rows) and {c["dataset"] for c in configs} == {"toy"}
+    assert len(configs) == 1 and configs[0]["dataset"] == "toy"
+    assert "The temperature study on toy" in write_report(rows, tmp_path / "study", preset).read_text()

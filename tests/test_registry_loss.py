@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from ctl_explore.losses import LOSSES, LossSpec, apply_loss, loss_names, loss_spec, reduce_loss, register_loss
+from ctl_explore.train import PretrainConfig
 
 
 def toy_loss(pos, neg, tau, reduction="mean"):
@@ -114,14 +115,24 @@ def test_toy_pretrains_on_digits(toy, tmp_path):
     assert json.loads((tmp_path / "run" / "config.json").read_text())["loss"] == "toy"
 
 
-def test_a_smoke_study_of_toy_reports_its_label(toy, tmp_path):
-    from ctl_explore.study.plan import get_preset
+def test_a_one_run_study_of_toy_records_its_hyper_parameters_and_reports_its_label(toy, tmp_path):
+    "The toy, declared again with a weight λ of its negatives and a default for it, in a 1-run study named as on the command line: its row records the τ and λ its spec takes (λ by the spec's default), no α, and the report names it by its label."
+    from ctl_explore.cli import study_preset
     from ctl_explore.study.report import write_report
     from ctl_explore.study.runner import run_study
+    from ctl_explore.train import negatives_seen
+
+    def weighted(pos, neg, tau, lam, reduction="mean"):
+        return reduce_loss(F.softplus((lam * neg - pos[:, None]) / tau).mean(dim=1), reduction)
+    LOSSES.pop("toy")
+    register_loss(dataclasses.replace(TOY, fn=weighted, params=("tau", "lam"), default_lam=lambda n_negatives, alpha: 4 / n_negatives))
     torch.set_num_threads(1)
-    preset = dataclasses.replace(get_preset("smoke"), losses=("toy",), taus=(0.5,), seeds=(0,))
+    preset = study_preset("smoke", [0.5], losses=["toy"], seeds=[0])  # resolved once, as `ctl-explore study --losses toy ...` does
     rows = run_study(preset, tmp_path / "study", quiet=True, device="cpu", workers=1)
-    assert rows and not [r for r in rows if "failed" in r] and {r["loss"] for r in rows} == {"toy"}
+    assert len(rows) == 1 and "failed" not in rows[0], rows
+    row = rows[0]
+    k = negatives_seen(PretrainConfig.from_dict(row["config"]), row["n_train"])
+    assert (row["loss"], row["tau"], row["alpha"], row["lam"]) == ("toy", 0.5, None, 4 / k)  # from the spec's params, never its name
     html = write_report(rows, tmp_path / "study", preset).read_text()
     assert "toy-tau0.5-seed0" in html  # the run's row
     assert "toy softplus triplet" in html  # its registered label, in the trajectories' titles (a smoke run is never usable, so no table names it)

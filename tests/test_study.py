@@ -42,7 +42,7 @@ def smoke(tmp_path_factory):
 @pytest.mark.slow
 def test_smoke_study_writes_tidy_results(smoke):
     out, rows, _ = smoke
-    assert len(rows) == len(study_configs("smoke", 1438)) == 12
+    assert len(rows) == len(study_configs(PRESETS["smoke"], 1438)) == 12
     with open(out / "results.csv") as f:
         table = list(csv.DictReader(f))
     assert len(table) == 12 and {"loss", "tau", "seed", "linear_top1", "uniformity", "tolerance", "alignment", "neighbour_purity",
@@ -175,7 +175,7 @@ def test_presets():
     assert len(digits.taus) >= 5 and len(digits.seeds) >= 3 and digits.warmup_epochs >= 1
     assert PRESETS["svhn-paper"].alpha == 0.0315 and PRESETS["imagenet100-paper"].backbone == "resnet50"
     for name, n in (("cifar10-paper", 50_000), ("svhn-paper", 73_257)):
-        hard_simple = study_configs(name, n)[-1]
+        hard_simple = study_configs(PRESETS[name], n)[-1]
         assert hard_simple.loss == "hard_simple" and n_informative(n - 1, hard_simple.alpha) == 4095
     with pytest.raises(ValueError, match="preset must be one of"):
         run_study("mnist")
@@ -203,7 +203,7 @@ def test_check_run_criteria():
 
 def test_paper_presets_have_enough_window_points():
     for name in ("cifar10-paper", "cifar100-paper", "svhn-paper", "imagenet100-paper", "digits"):
-        config = study_configs(name, 50_000)[0]
+        config = study_configs(PRESETS[name], 50_000)[0]
         assert len(window_epochs(config)) >= 5 and config.eval_every >= 5, name  # e.g. 120, 125, ..., 160: nine points
     assert len(window_epochs(PretrainConfig(epochs=200, eval_every=40))) < MIN_WINDOW_POINTS  # 120 and 160 only: too sparse to judge
 
@@ -358,7 +358,7 @@ def test_figures_and_report(smoke, tmp_path):
                  config=rows[0]["config"])
     text = write_report(good, tmp_path, "digits").read_text()
     assert "6 reproduced" in text and "at this scale" in text and "Reproducing" not in text
-    text = write_report(rows, tmp_path, "smoke").read_text()
+    text = write_report(rows, tmp_path, PRESETS["smoke"]).read_text()
     assert "0 of 12 runs" in text and "0 reproduced" in text
 
 
@@ -369,7 +369,7 @@ CHROMIUM = os.environ.get("CTL_CHROMIUM") or shutil.which("chromium") or shutil.
 def test_report_renders_in_chromium_without_errors(smoke):
     sync_api = pytest.importorskip("playwright.sync_api", reason="needs Playwright for Python: `pip install playwright`")
     out, rows, _ = smoke
-    report = write_report(rows, out, "smoke")
+    report = write_report(rows, out, PRESETS["smoke"])
     errors = []
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=[

@@ -19,6 +19,7 @@ import torch
 from ..data import load_dataset, TwoViewAugment
 from ..distributed import resolve_device
 from ..linear_eval import linear_eval, LinearEvalConfig
+from ..losses import loss_spec
 from ..metrics import alignment, similarity_profile, tolerance, uniformity
 from ..train import build_model, embed, load_checkpoint, pretrain, PretrainConfig
 from .rows import RESULT_FORMAT, TRAJECTORY_KEYS
@@ -173,11 +174,11 @@ def measure_run(run_dir: str | Path, linear_epochs: int = 100, criteria: Criteri
     if len(seen) != 1 or abs(float(seen[0].float().mean()) - probe["top1"]) > 1e-6:
         raise RuntimeError(f"the linear probe's per-image record of {run_dir} does not give its accuracy {probe['top1']}")
     correct = "".join("1" if c else "0" for c in seen[0].tolist())  # test image i right (1) or wrong (0), in the test set's order
-    simple = config.loss in ("simple", "hard_simple")
+    params = loss_spec(config.loss).params  # a row records the hyper-parameters its loss takes (lesson 00's registry), None for the others
     health = check_run(history, config, criteria)
     trained = e["wall_time_s"] if e["wall_time_s"] is not None else sum(h.get("epoch_time_s", 0.0) for h in history)
-    return dict(run=Path(run_dir).name, loss=config.loss, tau=None if simple else config.tau,
-                alpha=config.alpha if config.loss.startswith("hard") else None, lam=config.lam if simple else None,
+    return dict(run=Path(run_dir).name, loss=config.loss, tau=config.tau if "tau" in params else None,
+                alpha=config.alpha if "alpha" in params else None, lam=config.lam if "lam" in params else None,
                 seed=config.seed, linear_top1=probe["top1"], uniformity=uniformity(z), tolerance=tolerance(z, e["labels"]),
                 alignment=alignment(e["z1"], e["z2"]), pos_similarity=profile.positive,
                 top10_negatives=[float(v) for v in profile.top_negatives], neighbour_purity=neighbour_purity(z, e["labels"]),

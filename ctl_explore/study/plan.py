@@ -11,10 +11,10 @@ import math
 from dataclasses import dataclass
 
 from ..losses import loss_spec, n_informative
-from ..train import PretrainConfig, negatives_seen
+from ..train import PretrainConfig, default_lam, negatives_seen
 
 # %% auto #0
-__all__ = ['TAU_GRID', 'STUDY_LOSSES', 'SWEPT', 'PRESETS', 'takes_tau', 'StudyPreset', 'get_preset', 'run_config',
+__all__ = ['TAU_GRID', 'STUDY_LOSSES', 'SWEPT', 'PRESETS', 'takes_tau', 'StudyPreset', 'check_preset', 'get_preset', 'run_config',
            'study_configs', 'run_name']
 
 # %% ../../nbs/20_study_plans.ipynb #20a1c006
@@ -47,7 +47,7 @@ class StudyPreset:
     base: PretrainConfig               # every run's configuration, but for the swept loss, τ and seed
     losses: tuple[str, ...]            # loss names (lesson 00's registry); a loss without τ gets one run per seed
     taus: tuple[float, ...]            # the temperatures of the losses that take one
-    seeds: tuple[int, ...]
+    seeds: tuple[int, ...]             # the seeds: every run of the sweep once per seed
     hard_simple_k: int | None          # HardSimple's nearest negatives (WL21: 4095); None: as many as the hard loss keeps
     linear_epochs: int                 # the linear probe's epochs
     probe_normalize: bool              # the probe sees L2-normalised features (False: raw, as [WL21]'s code)
@@ -163,6 +163,12 @@ PRESETS = {
                                      "224-px random resized crops of the full images"),
 }
 
+def check_preset(preset) -> StudyPreset:
+    "`preset` itself when it is a resolved `StudyPreset`; a `TypeError` otherwise. A preset's name is resolved once, where the user gives it (`get_preset`, `run_study`, the command line), and the preset flows down."
+    if not isinstance(preset, StudyPreset):
+        raise TypeError(f"preset must be a StudyPreset (resolve a name once with get_preset, e.g. get_preset({preset!r})), got {preset!r}")
+    return preset
+
 def get_preset(preset: str | StudyPreset) -> StudyPreset:
     "The preset of that name (or `preset` itself)."
     if isinstance(preset, StudyPreset): return preset
@@ -178,28 +184,23 @@ def _hard_simple_alpha(p: StudyPreset, negatives: int) -> float:
     while n_informative(negatives, alpha) > k: alpha = math.nextafter(alpha, 0)  # ⌈α·K⌉ exactly k, despite rounding
     return alpha
 
-def _default_lam(loss: str, negatives: int, alpha: float) -> float | None:
-    "λ by the registry's default for `loss` (None when it has none, or takes no λ)."
-    spec = loss_spec(loss)
-    return spec.default_lam(negatives, alpha) if "lam" in spec.params and spec.default_lam is not None else None
-
-def run_config(preset: str | StudyPreset, loss: str, tau: float | None, seed: int, n_train: int) -> PretrainConfig:
+def run_config(preset: StudyPreset, loss: str, tau: float | None, seed: int, n_train: int) -> PretrainConfig:
     "The configuration of one run: the base with `loss`, `tau` (None for a loss without one: the base's), `seed`, and the α and λ that follow from the dataset's `n_train` images."
-    p = get_preset(preset)
+    p = check_preset(preset)
     if loss not in p.losses: raise ValueError(f"loss must be one of the preset's {p.losses}, got {loss!r}")
     if isinstance(n_train, bool) or not isinstance(n_train, int) or n_train < 2:
         raise ValueError(f"n_train must be the number of training images, an integer >= 2, got {n_train!r}")
     changes = dict(loss=loss, seed=seed, **({} if tau is None else dict(tau=tau)))
     negatives = negatives_seen(dataclasses.replace(p.base, **changes), n_train)
     if loss == "hard_simple": changes["alpha"] = _hard_simple_alpha(p, negatives)
-    if p.base.lam is None:
-        lam = _default_lam(loss, negatives, changes.get("alpha", p.base.alpha))
-        if lam is not None: changes["lam"] = lam
+    spec = loss_spec(loss)
+    if p.base.lam is None and "lam" in spec.params and spec.default_lam is not None:  # λ by the registry's default (lesson 07's default_lam)
+        changes["lam"] = default_lam(loss, negatives, changes.get("alpha", p.base.alpha))
     return dataclasses.replace(p.base, **changes)
 
-def study_configs(preset: str | StudyPreset, n_train: int) -> list[PretrainConfig]:
+def study_configs(preset: StudyPreset, n_train: int) -> list[PretrainConfig]:
     "Every pretraining run of the study, in order: each of its losses, each τ for a loss that takes one (one run per seed for a loss without), each seed."
-    p = get_preset(preset)
+    p = check_preset(preset)
     return [run_config(p, loss, tau, seed, n_train)
             for loss in p.losses for tau in (p.taus if takes_tau(loss) else (None,)) for seed in p.seeds]
 

@@ -6,16 +6,15 @@
 from __future__ import annotations
 
 import dataclasses
-import html as _html
 import math
 import re
 import statistics
-import string
 from pathlib import Path
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ..html import render
 from ..losses import loss_names, loss_spec
 from ..run_folders import write_atomic
 from ..train import PretrainConfig
@@ -23,7 +22,7 @@ from .calibration import dependence, verdict_stability
 from .findings import _judge, Finding, findings, Part
 from .judge import planned_cells
 from .measure import CRITERIA, first_drop
-from .plan import get_preset, StudyPreset
+from .plan import StudyPreset
 from .rows import (_integer, _number, _probe_text, _replaceable, FAILED_KEYS, FIELD_RULES,
                                     REPORT_GENERATOR, row_problems)
 from .stats import curve, SIGNIFICANCE, summarize, usable, VERDICTS
@@ -271,41 +270,7 @@ def report_sections(rows: list[dict], resamples: int = 200) -> list[tuple[str, s
 _WL21_SCALE = dict(dataset="CIFAR10 (also CIFAR100, SVHN, ImageNet100)", train_images="50,000", model="ResNet18", image_size="32",
                    epochs="200", steps="78,000 (200 × 390)", batch="128",
                    linear_probe="100 epochs on raw features of augmented training images (the authors' code)")
-
-REPORT_TEMPLATE = string.Template("""<!doctype html><html><head><meta charset="utf-8">$generator<title>ctl_explore temperature study: $dataset</title>
-<style>body{font-family:sans-serif;max-width:1150px;margin:2em auto;} table{border-collapse:collapse;margin:0.5em 0} td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top} .v{font-weight:bold} .scroll{max-height:22em;overflow:auto} .failed{color:#a00}</style>
-</head><body><h1>The temperature study on $dataset: [WL21]'s findings tested at this scale</h1>
-<p>Wang &amp; Liu, <i>Understanding the Behaviour of Contrastive Loss</i>, CVPR 2021 [WL21], make six findings about the temperature τ. This study trains $n_rows runs (preset <b>$preset</b>$preset_note) and tests each finding by the rule printed beside its verdict. Of the six, <b>$n_reproduced reproduced</b>, $n_partly partly reproduced (the claim holds over part of the τ range and breaks where named), $n_not_reproduced not reproduced and $n_inconclusive undecided <i>at this scale</i> (its power beside each verdict): a verdict here speaks for these runs, not for the paper's.</p>
-$unfinished$failed
-<h2>Scale and regime</h2>
-<table><tr><th></th><th>this study</th><th>[WL21]</th></tr>$scale_rows</table>
-<h2>Criteria: which runs count as evidence</h2>
-<p>A run counts when it <b>converged</b> and did <b>not collapse</b>: $criteria. <b>$n_ok of $n_rows runs</b> meet both$left_out.</p>$stretch_note
-<div class="scroll"><table><tr><th>run</th><th>epochs</th><th>converged</th><th>collapsed</th><th>Δ uniformity (window)</th><th>Δ alignment (window)</th><th>Δ kNN (window, not judged where the criteria read no labels)</th><th>final uniformity</th></tr>$health</table></div>
-$trajectories
-<h2>Against τ</h2>
-$figures
-<h2>Table 1 analogue: linear top-1 at each loss's best τ</h2>
-<table><tr><th>loss</th><th>τ</th><th>accuracy (mean ± std)</th><th>seeds</th></tr>$table1</table>
-<h2>Findings</h2>
-<p>Each finding is tested by the rule in its row (significance level $significance; accuracies compared image by image on the $n_test shared test images). Each claim is tested against its smallest effect of interest, fixed from [WL21] before any run: a finding is reproduced when every part shows the effect present, not reproduced when every part shows it absent or reversed beyond its margin, partly reproduced when one part holds and another breaks (where is named), and undecided at this scale otherwise; its power is the chance a study of this size had of deciding it at its margin, and the seeds per cell that 80% power would need are beside it. The family of tests, how multiplicity is handled, each verdict's stability and the protocol's history follow the table.</p>
-<table><tr>$finding_heads</tr>$findings</table>
-$sections
-</body></html>
-""")
-
-_UNFINISHED = string.Template("<p><b>This study is not finished:</b> $n_missing of its $n_all runs are missing ($names); the verdicts "
-                              "below speak for the $n_rows finished ones only.</p>")
-_FAILED = string.Template("<p class='failed'><b>$n_failed of its $n_rows runs failed</b> and count for nothing below (run the study again "
-                          "to retry them):</p><table><tr><th>run</th><th>error</th></tr>$failed_rows</table>")
-_FAILED_ROW = string.Template("<tr><td>$run</td><td>$error</td></tr>")
-_STRETCH_NOTE = string.Template("<p>A run whose window had not settled by its first learning-rate drop trained on: its schedule stretched by "
-                                "$extend_epochs epochs at a time (the warm-up unchanged, the drops at the same fractions), up to $max_epochs "
-                                "epochs; the criteria did not change. <b>$n_stretched of $n_rows runs</b> were stretched (the column epochs).</p>")
-_HEALTH_ROW = string.Template("<tr><td>$run</td><td>$epochs</td><td>$converged</td><td>$collapsed</td><td>$uniformity_change</td>"
-                              "<td>$alignment_change</td><td>$knn_change</td><td>$uniformity</td></tr>")
-_TABLE1_ROW = string.Template("<tr><td><span style='color:$color'>&#9632;</span> $label</td><td>$tau</td><td>$mean ± $std</td><td>$seeds</td></tr>")
-_SCALE_ROW = string.Template("<tr><td>$what</td><td>$ours</td><td>$theirs</td></tr>")
+REPORT_TEMPLATE = "study_report.html.j2"  # the page, under ctl_explore/templates/ (package data), filled by ctl_explore.html.render
 
 def _loss_style(loss) -> tuple[str, str]:
     "(label, colour) of a loss, from the loss registry (lesson 00); a loss it does not know (a row from elsewhere) shows its name, in grey."
@@ -313,13 +278,9 @@ def _loss_style(loss) -> tuple[str, str]:
     except ValueError: return str(loss), "#7f7f7f"
     return spec.label or spec.name, spec.color
 
-def _esc(v) -> str:
-    "Any value as text that HTML shows as it is (None as nothing)."
-    return "" if v is None else _html.escape(str(v), quote=True)
-
-def _fmt(v, spec: str) -> str:
-    "A number formatted by `spec`; anything else shown as text, escaped (a report never fails on, nor executes, a value)."
-    return format(v, spec) if _number(v) else _esc(v)
+def _text(v, spec: str = "") -> str:
+    "A number formatted by `spec`; anything else as its text (None as nothing). The template escapes it: a report never fails on, nor executes, a value."
+    return format(v, spec) if _number(v) else "" if v is None else str(v)
 
 def _scale(rows: list[dict]) -> dict:
     configs = [r["config"] for r in rows if isinstance(r.get("config"), dict) and _integer(r["config"].get("epochs"))]
@@ -337,7 +298,6 @@ def _scale(rows: list[dict]) -> dict:
                 steps=f"{c['epochs'] * batches:,} ({c['epochs']} × {batches})" if batches else "?", batch=str(c.get("batch_size")),
                 linear_probe=_probe_text(next((r.get("probe") for r in rows if FIELD_RULES["probe"][0](r.get("probe"))), None)))
 
-
 def _split(rows: list[dict]) -> tuple[list[dict], list[dict]]:
     "(every row, a row whose values break their rules turned into a failed row; the measured rows alone)."
     clean = []
@@ -351,74 +311,51 @@ def _split(rows: list[dict]) -> tuple[list[dict], list[dict]]:
 _FINDING_HEADS = dict(number="#", claim="[WL21] claims", rule="rule", measured="this study measured", verdict="verdict",
                       power="power at its margin", seeds_needed="seeds per cell for 80% power")
 
-def _findings_table(found: list) -> tuple[str, str]:
-    "The findings' header cells and rows: every field of each Finding (those added later too), escaped."
-    if not found: return "<th>findings</th>", "<tr><td>no finding could be computed</td></tr>"
+def _findings_table(found: list) -> tuple[list[str], list[list[tuple[str, str]]]]:
+    "The findings' header cells and rows: every field of each Finding (those added later too), as (field, text) pairs."
+    if not found: return ["findings"], []
     names = [f.name for f in dataclasses.fields(found[0])]
     names = [n for n in _FINDING_HEADS if n in names] + [n for n in names if n not in _FINDING_HEADS]
-    heads = "".join(f"<th>{_esc(_FINDING_HEADS.get(n, n.replace('_', ' ')))}</th>" for n in names)
-    shown = lambda n, v: f"{v:.0%}" if n == "power" and _number(v) else "over 200" if n == "seeds_needed" and v is None else v
-    cell = lambda n, v: f"<td class='v'>{_esc(v)}</td>" if n == "verdict" else f"<td>{_esc(shown(n, v))}</td>"
-    body = "".join("<tr>" + "".join(cell(n, getattr(f, n)) for n in names) + "</tr>" for f in found)
-    return heads, body
+    shown = lambda n, v: _text(v, ".0%") if n == "power" else "over 200" if n == "seeds_needed" and v is None else _text(v)
+    return [_FINDING_HEADS.get(n, n.replace("_", " ")) for n in names], [[(n, shown(n, getattr(f, n))) for n in names] for f in found]
 
-def _sections(rows: list[dict]) -> str:
-    "The sections `report_sections(rows)` adds after the findings: headings and plain-text paragraphs, escaped."
-    out = []
-    for heading, text in report_sections(rows):
-        paragraphs = [p.strip() for p in re.split(r"\n\s*\n", str(text)) if p.strip()]
-        out.append(f"<h2>{_esc(heading)}</h2>" + "".join(f"<p>{_esc(p)}</p>" for p in paragraphs))
-    return "\n".join(out)
+def _sections(rows: list[dict]) -> list[tuple[str, list[str]]]:
+    "The sections `report_sections(rows)` adds after the findings: each heading with its plain-text paragraphs."
+    return [(str(heading), [p.strip() for p in re.split(r"\n\s*\n", str(text)) if p.strip()]) for heading, text in report_sections(rows)]
 
-def write_report(rows: list[dict], out_dir: str | Path, preset: str | StudyPreset | None = None, missing: list[str] = ()) -> Path:
-    "Write report.html (scale, criteria, convergence, figures, table, findings, failed runs) into `out_dir` from `REPORT_TEMPLATE`, every value escaped; return its path. `missing`: runs not finished yet."
+def write_report(rows: list[dict], out_dir: str | Path, preset: StudyPreset | None = None, missing: list[str] = ()) -> Path:
+    "Write report.html (scale, criteria, convergence, figures, table, findings, failed runs) into `out_dir` from the template `REPORT_TEMPLATE`, every value escaped; return its path. `missing`: runs not finished yet."
     out_dir = Path(out_dir)
     path = out_dir / "report.html"
     _replaceable(path)
-    p = get_preset(preset) if preset is not None else None
+    p = preset
     clean, measured = _split(rows)
-    failed = [r for r in clean if "failed" in r]
     found = findings(clean, plan=planned_cells(p) if p is not None else None)
-    counts = {v: sum(f.verdict == v for f in found) for v in VERDICTS}
     with_trajectories = [r for r in measured if "trajectory" in r and isinstance(r.get("config"), dict)]
     figs = {**({"trajectories": trajectory_figure(with_trajectories)} if with_trajectories else {}), **study_figures(clean)}
     plots = {name: fig.to_html(full_html=False, include_plotlyjs=(i == 0), div_id=f"fig-{name}") for i, (name, fig) in enumerate(figs.items())}
     ok = usable(clean)
-    left_out = [r.get("run") for r in measured if r not in ok]
     epochs = [r["config"]["epochs"] for r in measured if isinstance(r.get("config"), dict) and _integer(r["config"].get("epochs"))]
-    n_stretched = sum(e != min(epochs) for e in epochs)
-    yes = lambda v, t, f: t if v is True else f if v is False else _esc(v)
-    health = "".join(_HEALTH_ROW.substitute(
-        run=_esc(r.get("run")), epochs=_fmt((r.get("config") or {}).get("epochs"), "d"), converged=yes(r.get("converged"), "yes", "NO"),
-        collapsed=yes(r.get("collapsed"), "YES", "no"), uniformity_change=_fmt(r.get("uniformity_change"), "+.3f"),
-        alignment_change=_fmt(r.get("alignment_change"), "+.3f"), knn_change=_fmt(r.get("knn_change"), "+.3f"),
-        uniformity=_fmt(r.get("uniformity"), ".3f")) for r in measured)
-    unfinished = "" if not missing else _UNFINISHED.substitute(
-        n_missing=len(missing), n_all=len(rows) + len(missing), n_rows=len(rows),
-        names=_esc(", ".join(missing[:12])) + (" …" if len(missing) > 12 else ""))
-    failed_html = "" if not failed else _FAILED.substitute(
-        n_failed=len(failed), n_rows=len(rows),
-        failed_rows="".join(_FAILED_ROW.substitute(run=_esc(r.get("run")), error=_esc(r.get("failed"))) for r in failed))
-    stretch_note = "" if p is None or not p.extend_epochs else _STRETCH_NOTE.substitute(
-        extend_epochs=_esc(p.extend_epochs), max_epochs=_esc(p.max_epochs), n_stretched=n_stretched, n_rows=len(rows))
-    t1 = "".join(_TABLE1_ROW.substitute(
-        label=_esc(label), color=_esc(color), tau=_fmt(r["tau"], "g"), mean=_fmt(r["mean"], ".4f"),
-        std=_fmt(0 if math.isnan(r["std"]) else r["std"], ".4f"), seeds=_esc(r["seeds"]))
-        for r in table1(clean) for label, color in [_loss_style(r["loss"])])
-    heads, verdicts = _findings_table(found)
-    c = CRITERIA
-    page = REPORT_TEMPLATE.substitute(
-        generator=REPORT_GENERATOR, dataset=_esc(measured[0]["config"].get("dataset") if measured and isinstance(measured[0].get("config"), dict) else "?"),
-        n_rows=len(rows), preset=_esc(p.name) if p else "?", preset_note=": " + _esc(p.note) if p and p.note else "",
-        n_reproduced=counts["reproduced"], n_partly=counts["partly reproduced"], n_not_reproduced=counts["not reproduced"],
-        n_inconclusive=counts[VERDICTS[3]],
-        unfinished=unfinished, failed=failed_html,
-        scale_rows="".join(_SCALE_ROW.substitute(what=_esc(k.replace("_", " ")), ours=_esc(v), theirs=_esc(_WL21_SCALE[k]))
-                           for k, v in _scale(measured).items()),
-        criteria=_esc(c.describe()), n_ok=len(ok),
-        left_out="; left out: " + _esc(", ".join(map(str, left_out))) if left_out else "", stretch_note=stretch_note, health=health,
-        trajectories=plots.get("trajectories", ""), figures="".join(v for k, v in plots.items() if k != "trajectories"),
-        table1=t1, significance=_esc(SIGNIFICANCE), n_test=_fmt(measured[0].get("n_test", "?") if measured else "?", "d"),
-        finding_heads=heads, findings=verdicts, sections=_sections(clean))
+    yes = lambda v, t, f: t if v is True else f if v is False else _text(v)
+    heads, finding_rows = _findings_table(found)
+    page = render(REPORT_TEMPLATE,
+        generator=REPORT_GENERATOR, dataset=_text(measured[0]["config"].get("dataset") if measured and isinstance(measured[0].get("config"), dict) else "?"),
+        n_rows=len(rows), preset=p.name if p else "?", preset_note=p.note if p else "",
+        counts={v: sum(f.verdict == v for f in found) for v in VERDICTS}, missing=[str(m) for m in missing],
+        failed=[dict(run=_text(r.get("run")), error=_text(r.get("failed"))) for r in clean if "failed" in r],
+        scale=[(k.replace("_", " "), _text(v), _WL21_SCALE[k]) for k, v in _scale(measured).items()],
+        criteria=CRITERIA.describe(), n_ok=len(ok), left_out=[_text(r.get("run")) for r in measured if r not in ok],
+        stretch=None if p is None or not p.extend_epochs else dict(extend_epochs=p.extend_epochs, max_epochs=p.max_epochs,
+                                                                       n_stretched=sum(e != min(epochs) for e in epochs)),
+        health=[dict(run=_text(r.get("run")), epochs=_text((r.get("config") or {}).get("epochs"), "d"),
+                     converged=yes(r.get("converged"), "yes", "NO"), collapsed=yes(r.get("collapsed"), "YES", "no"),
+                     uniformity_change=_text(r.get("uniformity_change"), "+.3f"), alignment_change=_text(r.get("alignment_change"), "+.3f"),
+                     knn_change=_text(r.get("knn_change"), "+.3f"), uniformity=_text(r.get("uniformity"), ".3f")) for r in measured],
+        trajectories=plots.get("trajectories", ""), figures=[v for k, v in plots.items() if k != "trajectories"],
+        table1=[dict(label=label, color=color, tau=_text(r["tau"], "g"), mean=_text(r["mean"], ".4f"),
+                     std=_text(0 if math.isnan(r["std"]) else r["std"], ".4f"), seeds=_text(r["seeds"]))
+                for r in table1(clean) for label, color in [_loss_style(r["loss"])]],
+        significance=_text(SIGNIFICANCE), n_test=_text(measured[0].get("n_test", "?") if measured else "?", "d"),
+        finding_heads=heads, finding_rows=finding_rows, sections=_sections(clean))
     write_atomic(path, lambda f: f.write(page.encode()))
     return path

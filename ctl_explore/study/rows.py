@@ -18,7 +18,7 @@ from pathlib import Path
 from ..losses import loss_names, loss_spec
 from ..run_folders import RunFolderError, write_atomic, write_json_atomic
 from ..train import PretrainConfig, run_identity
-from .plan import get_preset, run_name, StudyPreset
+from .plan import check_preset, run_name, StudyPreset
 
 
 # %% auto #0
@@ -228,9 +228,9 @@ def _older_study(folder: Path) -> bool:
         except (OSError, ValueError, TypeError, UnicodeDecodeError, AttributeError): return False
     return any((Path(e.path) / "checkpoint.pt").is_file() for e in run_dirs)
 
-def claim_study_folder(out_dir: str | Path, preset: str | StudyPreset) -> Path:
+def claim_study_folder(out_dir: str | Path, preset: StudyPreset) -> Path:
     "Make sure the study may write into `out_dir`: new (created here), empty, already marked as a study's, or a study folder of an older version (marked now); `StudyError` with a sentence otherwise."
-    out, p = Path(out_dir), get_preset(preset)
+    out, p = Path(out_dir), check_preset(preset)
     marker = out / STUDY_MARKER
     if out.is_symlink() and not out.exists(): raise StudyError(f"{out} is a broken symbolic link: remove it, or give the study another folder (--out)")
     if out.exists() and not out.is_dir(): raise StudyError(f"{out} is a file, not a folder: give the study another folder (--out)")

@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 
 from ..data import load_dataset
 from ..train import PretrainConfig, run_identity, threads_for
-from .plan import get_preset, run_name, study_configs, StudyPreset, takes_tau
+from .plan import check_preset, get_preset, run_name, study_configs, StudyPreset, takes_tau
 from .report import write_report
 from .rows import (_config_diff, _integer, claim_study_folder, failed_row, is_stretch, saved_row,
                                     StudyError, write_results)
@@ -140,9 +140,9 @@ def _attempts(pool, configs, dirs, pending, probe, stretch):
                 yield i, (failed_row(configs[i], f"its worker process ended abruptly ({type(e).__name__}); run the study again to retry it"), None)
 
 # %% ../../nbs/16_study_machinery.ipynb #d1c0a002
-def check_shipped(preset: str | StudyPreset, rows: list[dict], n_train: int | None = None) -> None:
+def check_shipped(preset: StudyPreset, rows: list[dict], n_train: int | None = None) -> None:
     "`StudyError` naming each mismatch unless `rows` are exactly the runs `preset` plans: the same (loss, τ, seed) set, each run's configuration as planned (or a stretch of it), one row per run. `n_train`: default the rows' own."
-    p = get_preset(preset)
+    p = check_preset(preset)
     if n_train is None:
         sizes = sorted({r["n_train"] for r in rows if isinstance(r, dict) and _integer(r.get("n_train"))})
         if len(sizes) > 1: raise StudyError(f"the rows were trained on datasets of different sizes ({sizes}), so no one plan of {p.name!r} matches them")
@@ -170,16 +170,16 @@ def check_shipped(preset: str | StudyPreset, rows: list[dict], n_train: int | No
                          + ". Run the study again for the new plan (and ship its results), or restore the preset")
 
 # %% ../../nbs/16_study_machinery.ipynb #fe4f3d27
-def study_plan(preset: str | StudyPreset = "digits", n_train: int | None = None) -> list[dict]:
+def study_plan(preset: StudyPreset, n_train: int | None = None) -> list[dict]:
     "The study's runs in order — index, run name, loss, τ, seed, epochs, configuration: what `--list` prints and `--run I` trains."
-    p = get_preset(preset)
+    p = check_preset(preset)
     configs = study_configs(p, _n_train(p) if n_train is None else n_train)
     return [dict(index=i, run=run_name(c), loss=c.loss, tau=c.tau if takes_tau(c.loss) else None, seed=c.seed,
                  epochs=c.epochs, config=c) for i, c in enumerate(configs)]
 
-def run_one(preset: str | StudyPreset, index: int, out_dir: str | Path | None = None, device: str | None = None) -> dict | None:
+def run_one(preset: StudyPreset, index: int, out_dir: str | Path | None = None, device: str | None = None) -> dict | None:
     "Train (resuming) and measure run `index` of the study in `out_dir`: its row (a failed run's with its error under 'failed'), or None when another process holds the run now."
-    p = get_preset(preset)
+    p = check_preset(preset)
     if device is not None: p = dataclasses.replace(p, device=device)
     plan = study_plan(p)
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(plan):
@@ -189,9 +189,9 @@ def run_one(preset: str | StudyPreset, index: int, out_dir: str | Path | None = 
     config = plan[index]["config"]
     return _train_and_measure(config, out / "runs" / run_name(config), _probe(p), threads_for(config), p.stretch)
 
-def gather(preset: str | StudyPreset, out_dir: str | Path | None = None) -> tuple[list[dict], list[str]]:
+def gather(preset: StudyPreset, out_dir: str | Path | None = None) -> tuple[list[dict], list[str]]:
     "The finished rows of the study in `out_dir` (a failed run's with its error), in plan order, and the names of the runs not finished yet (or whose result.json failed a check: a warning says which)."
-    p = get_preset(preset)
+    p = check_preset(preset)
     out = _study_dir(p, out_dir)
     if not (out / "runs").is_dir(): raise StudyError(f"{out} holds no study (no runs/ folder): check --out, or run the study first")
     rows, missing = [], []
@@ -202,9 +202,9 @@ def gather(preset: str | StudyPreset, out_dir: str | Path | None = None) -> tupl
         else: rows.append(row)
     return rows, missing
 
-def study_status(preset: str | StudyPreset, out_dir: str | Path | None = None) -> list[dict]:
+def study_status(preset: StudyPreset, out_dir: str | Path | None = None) -> list[dict]:
     "Each run of the plan with its state in `out_dir`: 'finished', 'failed: <its error>', 'started' (a checkpoint, no result yet) or 'not started'."
-    p = get_preset(preset)
+    p = check_preset(preset)
     out = _study_dir(p, out_dir)
     plan = study_plan(p)
     if not (out / "runs").is_dir(): return [{**item, "state": "not started"} for item in plan]
@@ -220,9 +220,9 @@ def study_status(preset: str | StudyPreset, out_dir: str | Path | None = None) -
         status.append({**item, "state": state})
     return status
 
-def report_study(preset: str | StudyPreset, out_dir: str | Path | None = None) -> tuple[Path, list[str]]:
+def report_study(preset: StudyPreset, out_dir: str | Path | None = None) -> tuple[Path, list[str]]:
     "Gather the finished runs into results.csv, results.json and report.html; return the report's path and the runs still missing."
-    p = get_preset(preset)
+    p = check_preset(preset)
     out = _study_dir(p, out_dir)
     rows, missing = gather(p, out)
     if not rows: raise StudyError(f"no run of the {p.name} study has finished in {out} yet ({len(missing)} to go)")

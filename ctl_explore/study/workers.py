@@ -26,7 +26,7 @@ from ..run_folders import (CheckpointError, run_lock, RunBusyError, RunFolderErr
 from ..train import (EXECUTION_KEYS, load_checkpoint, lr_at, pretrain, PretrainConfig, run_identity,
                                threads_for)
 from .measure import check_run, CRITERIA, Criteria, first_drop, measure_run
-from .plan import get_preset, StudyPreset
+from .plan import check_preset, StudyPreset
 from .rows import (failed_row, file_digest, is_stretch, RESULT_KEYS, row_problems, saved_row,
                                     seal_row, StudyError, unsealed)
 
@@ -173,9 +173,9 @@ def _on_cuda(p: StudyPreset) -> bool:
 def _cores() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
-def default_workers(preset: str | StudyPreset) -> int:
+def default_workers(preset: StudyPreset) -> int:
     "Worker processes for a study: one per visible CUDA device on a CUDA preset, one per CPU core (each with one thread) for the small ConvNet, else 1."
-    p = get_preset(preset)
+    p = check_preset(preset)
     if _on_cuda(p): return max(1, len(visible_gpus()))
     return _cores() if p.backbone == "convnet" else 1
 
