@@ -356,7 +356,7 @@ def test_figures_and_report(smoke, tmp_path):
         r.update(n_train=1438, uniformity_change=0.01, knn_change=0.0, alignment=0.4, alignment_change=0.0,
                  trajectory=[dict(epoch=e, uniformity=1.0, tolerance=0.5, alignment=0.4, knn_accuracy=0.9) for e in (5, 10)],
                  config=rows[0]["config"])
-    text = write_report(good, tmp_path, "digits").read_text()
+    text = write_report(good, tmp_path, PRESETS["digits"]).read_text()
     assert "6 reproduced" in text and "at this scale" in text and "Reproducing" not in text
     text = write_report(rows, tmp_path, PRESETS["smoke"]).read_text()
     assert "0 of 12 runs" in text and "0 reproduced" in text

@@ -22,7 +22,7 @@ from .calibration import dependence, verdict_stability
 from .findings import _judge, Finding, findings, Part
 from .judge import planned_cells
 from .measure import CRITERIA, first_drop
-from .plan import StudyPreset
+from .plan import check_preset, StudyPreset
 from .rows import (_integer, _number, _probe_text, _replaceable, FAILED_KEYS, FIELD_RULES,
                                     REPORT_GENERATOR, row_problems)
 from .stats import curve, SIGNIFICANCE, summarize, usable, VERDICTS
@@ -328,7 +328,7 @@ def write_report(rows: list[dict], out_dir: str | Path, preset: StudyPreset | No
     out_dir = Path(out_dir)
     path = out_dir / "report.html"
     _replaceable(path)
-    p = preset
+    p = None if preset is None else check_preset(preset)
     clean, measured = _split(rows)
     found = findings(clean, plan=planned_cells(p) if p is not None else None)
     with_trajectories = [r for r in measured if "trajectory" in r and isinstance(r.get("config"), dict)]
