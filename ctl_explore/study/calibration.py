@@ -11,14 +11,14 @@ import numpy as np
 import scipy.stats
 from tqdm.auto import tqdm
 
-from .findings import findings
+from .findings import _judge, findings
 from .plan import get_preset
 from .stats import BEST_TAUS, EQUIVALENCE, metric_value, usable, VERDICTS
 
 
 # %% auto #0
-__all__ = ['NOISE_SD', 'resample_seeds', 'verdict_stability', 'dependence', 'agreeing_means', 'made_up_study', 'null_tables',
-           'false_alarm_rates']
+__all__ = ['NOISE_SD', 'CALIBRATED', 'resample_seeds', 'verdict_stability', 'dependence', 'agreeing_means', 'made_up_study',
+           'cell_spreads', 'drawn_study', 'edge_tables', 'calibrate']
 
 # %% ../../nbs/25_study_calibration.ipynb #a1b2c3d4
 def resample_seeds(rows: list[dict], rng: np.random.Generator) -> list[dict]:
@@ -40,7 +40,7 @@ def verdict_stability(rows: list[dict], resamples: int = 200, seed: int = 0, per
     base = {f.number: f.verdict for f in findings(rows, permutations)}
     rng, same = np.random.default_rng(seed), {n: 0 for n in base}
     for _ in range(resamples):
-        for f in findings(resample_seeds(rows, rng), permutations): same[f.number] += f.verdict == base[f.number]
+        for f in _judge(resample_seeds(rows, rng), resampled=True)[0]: same[f.number] += f.verdict == base[f.number]
     return {n: same[n] / resamples for n in base}
 
 def dependence(rows: list[dict], a: str = "neighbour_purity", b: str = "pos_similarity", loss: str = "contrastive") -> dict:
@@ -125,40 +125,106 @@ def _with(means: dict, changes: dict) -> dict:
     for cell, values in changes.items(): out[cell].update(values)
     return out
 
-def null_tables(taus: tuple[float, ...] | None = None) -> dict[str, tuple[dict, int, tuple[str, ...]]]:
-    """Made-up studies at `taus` (default: the `digits` preset's) at the edge of each claim, with the verdicts that would be
-    false alarms there: name -> (means, finding, false verdicts). Trends flat in τ must not be reproduced; curves that agree
-    everywhere must not be called reversed; a peak tied between the larger best τ and the next τ must not be called moved;
-    a hard loss equal to the ordinary one at large τ, a HardSimple exactly EQUIVALENCE below the ordinary loss and a Simple
-    exactly that far below must not pass."""
-    base = agreeing_means(taus)
-    taus = sorted(t for (l, t) in base if l == "contrastive")
-    best = [t for t in BEST_TAUS if t in taus]
-    flat = {cell: dict(v, uniformity=3.3, tolerance=0.5, pos_similarity=0.85, top10_mean=0.72, neighbour_purity=0.8)
-            if cell[0] == "contrastive" else v for cell, v in base.items()}
-    peak = max((base[("contrastive", t)]["linear_top1"] for t in best), default=max(base[("contrastive", t)]["linear_top1"] for t in taus))
-    out = {"flat trends (finding 1)": (flat, 1, (VERDICTS[0],)), "flat trends (finding 5)": (flat, 5, (VERDICTS[0],)),
-           "flat trends (finding 6)": (flat, 6, (VERDICTS[0],))}
-    for n in (1, 5, 6): out[f"agreeing curves (finding {n})"] = (base, n, VERDICTS[1:3])
-    after = [t for t in taus if best and t > max(best)]
-    if after:
-        out[f"peak tied at {max(best):g} and {after[0]:g} (finding 2)"] = (_with(base, {("contrastive", after[0]): dict(linear_top1=peak)}), 2,
-                                                                          (VERDICTS[2],))
-    equal = {("hard_contrastive", t): dict(linear_top1=base[("contrastive", t)]["linear_top1"]) for t in taus if t > max(BEST_TAUS)}
-    out["hard loss equal at large τ (finding 3)"] = (_with(base, equal), 3, (VERDICTS[0],))
-    out["HardSimple EQUIVALENCE below (finding 4)"] = (_with(base, {("hard_simple", None): dict(linear_top1=peak - EQUIVALENCE)}), 4, (VERDICTS[0],))
-    out["Simple EQUIVALENCE below (finding 4)"] = (_with(base, {("simple", None): dict(linear_top1=peak - EQUIVALENCE)}), 4, (VERDICTS[0],))
+
+# %% ../../nbs/25_study_calibration.ipynb #ca11b0a2
+CALIBRATED = ("linear_top1", "uniformity", "tolerance", "pos_similarity", "top10_mean", "neighbour_purity")
+
+def cell_spreads(rows: list[dict]) -> dict:
+    "{(loss, τ): {metric: (mean, sd)}} over the usable `rows` of each cell with two seeds or more: each cell's own mean and spread, never pooled."
+    from ctl_explore.study.judge import check_rows
+    usable_rows, out = check_rows(rows).rows, {}
+    for cell in sorted({(r["loss"], r["tau"]) for r in usable_rows}, key=lambda c: (c[0], -1.0 if c[1] is None else c[1])):  # a fixed order:
+        # the studies drawn from these spreads draw their cells in it
+        cr = [r for r in usable_rows if (r["loss"], r["tau"]) == cell]
+        if len(cr) > 1: out[cell] = {m: (float(np.mean([metric_value(r, m) for r in cr])), float(np.std([metric_value(r, m) for r in cr], ddof=1)))
+                                     for m in CALIBRATED}
     return out
 
-def false_alarm_rates(n_tables: int = 200, n_test: int = 359, permutations: int = 999, seed: int = 0) -> dict[str, float]:
-    "For each of `null_tables`, the share of `n_tables` noisy made-up studies (three seeds, `n_test` test images) whose finding gets a false verdict."
+def drawn_study(means: dict, spreads: dict, seeds: int = 3, n_test: int = 359, seed: int = 0, df: float = 3.0) -> list[dict]:
+    """A made-up study whose cells have the means `means` gives them ({(loss, τ): {metric: mean}}) and, each, the seed spread the
+    data gave that cell (`spreads`, from `cell_spreads`), drawn heavy-tailed: Student's t with `df` degrees of freedom, scaled to
+    the cell's sd. Accuracies become per-image records on `n_test` images (`made_up_study`), which adds the test set's noise."""
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1: raise ValueError(f"seeds must be an integer >= 1, got {seeds!r}")
+    rng = np.random.default_rng(seed)
+    scale = math.sqrt((df - 2) / df) if df > 2 else 1.0
+    cells = {}
+    for cell, mean in means.items():
+        values = {m: [mean[m] + spreads[cell][m][1] * scale * float(rng.standard_t(df)) for _ in range(seeds)] for m in CALIBRATED}
+        values["linear_top1"] = [min(max(v, 0.0), 1.0) for v in values["linear_top1"]]
+        cells[cell] = dict(mean, seed_values=values)
+    return made_up_study(cells, seeds=tuple(range(seeds)), n_test=n_test, seed=seed)
+
+def _moved(means: dict, loss: str, metric: str, values: dict) -> dict:
+    "A copy of `means` with `metric` of `loss` set to {τ: value} (the top-10 mean moved when the metric is the gap)."
+    out = {c: dict(v) for c, v in means.items()}
+    for t, v in values.items():
+        if metric == "gap": out[(loss, t)]["top10_mean"] = out[(loss, t)]["pos_similarity"] - v
+        else: out[(loss, t)][metric] = v
+    return out
+
+_TRENDS = {1: (("uniformity", -1, "uniformity"), ("tolerance", +1, "share")), 5: (("gap", -1, "share"), ("pos_similarity", +1, "share")),
+           6: (("neighbour_purity", +1, "share"),)}
+
+def edge_tables(rows: list[dict]) -> dict:
+    """Studies at the edge of every test, on the data's own cell means: name -> (means, finding, part, false verdicts of that part).
+    A trend flat over τ must not be reproduced (nor partly); one exactly its margin end to end must not be called absent; one
+    three margins end to end with a flat last step must show no reversal. An accuracy flat at the peak must not make the reverse U
+    reproduced; both ends exactly the margin below the peak must not be called a plateau; a τ tied with the peak must not be
+    called a moved peak. A hard loss equal to the ordinary one at large τ must not be 'better', one better by exactly the margin
+    not absent. A Simple gap or HardSimple shortfall exactly at its margin must be decided neither way."""
+    from ctl_explore.study.judge import MARGINS
+    sp = cell_spreads(rows)
+    means = {c: {m: v[0] for m, v in s.items()} for c, s in sp.items()}
+    taus = sorted(t for (l, t) in means if l == "contrastive")
+    k, out = len(taus) - 1, {}
+    for n, claims in _TRENDS.items():
+        for part, (metric, sign, margin) in enumerate(claims):
+            value = lambda c: means[c]["pos_similarity"] - means[c]["top10_mean"] if metric == "gap" else means[c][metric]
+            centre, d = float(np.mean([value(("contrastive", t)) for t in taus])), MARGINS[margin].value
+            out[f"{metric} flat (finding {n})"] = (_moved(means, "contrastive", metric, {t: centre for t in taus}), n, part, VERDICTS[:2])
+            out[f"{metric} its margin end to end (finding {n})"] = (
+                _moved(means, "contrastive", metric, {t: centre + sign * d * (i / k - 0.5) for i, t in enumerate(taus)}), n, part, (VERDICTS[2],))
+            out[f"{metric} a flat last step (finding {n})"] = (
+                _moved(means, "contrastive", metric, {t: centre + sign * 3 * d * (min(i, k - 1) / (k - 1) - 0.5) for i, t in enumerate(taus)}),
+                n, part, VERDICTS[1:3])
+    acc = {t: means[("contrastive", t)]["linear_top1"] for t in taus}
+    peak_t = max((t for t in BEST_TAUS if t in taus), key=acc.get)
+    peak, sub = acc[peak_t], MARGINS["suboptimal"].value
+    out["accuracy flat at the peak (finding 2)"] = (_moved(means, "contrastive", "linear_top1", {t: peak for t in taus}), 2, 0, VERDICTS[:2])
+    out["both ends the margin below the peak (finding 2)"] = (_moved(means, "contrastive", "linear_top1",
+        {t: peak if t == peak_t else peak - sub if t in (taus[0], taus[-1]) else peak - sub / 2 for t in taus}), 2, 0, VERDICTS[1:3])
+    after = taus[taus.index(peak_t) + 1]
+    out[f"τ = {after:g} tied with the peak (finding 2)"] = (_moved(means, "contrastive", "linear_top1", {after: peak}), 2, 0, (VERDICTS[2],))
+    large, b = [t for t in taus if t > max(BEST_TAUS)], MARGINS["better"].value
+    out["hard loss equal at large τ (finding 3)"] = (_moved(means, "hard_contrastive", "linear_top1", {t: acc[t] for t in large}), 3, 1, (VERDICTS[0],))
+    out["hard loss better by the margin at large τ (finding 3)"] = (
+        _moved(means, "hard_contrastive", "linear_top1", {t: min(acc[t] + b, 1.0) for t in large}), 3, 1, VERDICTS[1:3])
+    fw, cp = MARGINS["far_worse"].value, MARGINS["competitive"].value
+    best = [t for t in BEST_TAUS if t in taus]
+    at = lambda loss, gap: _moved({**means, **{("contrastive", t): dict(means[("contrastive", t)], linear_top1=peak) for t in best}},
+                                  loss, "linear_top1", {None: peak - gap})  # the best τ level, so the gap is the margin at each
+    out["Simple exactly the far-worse margin below (finding 4)"] = (at("simple", fw), 4, 0, (VERDICTS[0], VERDICTS[2]))
+    out["HardSimple exactly the competitive margin below (finding 4)"] = (at("hard_simple", cp), 4, 1, (VERDICTS[0], VERDICTS[2]))
+    return out
+
+def calibrate(rows: list[dict], n_tables: int = 200, seeds: int = 3, n_test: int = 359, seed: int = 0) -> dict:
+    """False alarms at the edge of every test (`edge_tables`) and what the judge says at this study's own effects (the data's
+    cell means), each over `n_tables` studies drawn with the data's own per-cell spreads (`drawn_study`), `seeds` seeds a cell:
+    {'false_alarms': {table: rate}, 'verdicts': {finding: {verdict: share}}, 'decided': {finding: share not undecided}}."""
+    from ctl_explore.study.findings import FINDINGS, findings
+    from ctl_explore.study.judge import check_rows
     if isinstance(n_tables, bool) or not isinstance(n_tables, int) or n_tables < 1:
         raise ValueError(f"n_tables must be an integer >= 1, got {n_tables!r}")
-    rates = {}
-    for name, (means, number, false) in tqdm(null_tables().items(), desc="noise tables", leave=False):
-        hits = 0
+    sp, false = cell_spreads(rows), {}
+    for name, (means, number, part, wrong) in tqdm(edge_tables(rows).items(), desc="edge tables", leave=False):
+        spec, hits = FINDINGS[number], 0
         for k in range(n_tables):
-            found = findings(made_up_study(means, n_test=n_test, seed=seed + k), permutations)
-            hits += found[number - 1].verdict in false
-        rates[name] = hits / n_tables
-    return rates
+            hits += spec.judge(check_rows(drawn_study(means, sp, seeds, n_test, seed + k)), **spec.params).parts[part].verdict in wrong
+        false[name] = hits / n_tables
+    own = {c: {m: v[0] for m, v in s.items()} for c, s in sp.items()}
+    counts = {n: dict.fromkeys(VERDICTS, 0) for n in FINDINGS}
+    for k in tqdm(range(n_tables), desc="this study's effects", leave=False):
+        for f in findings(drawn_study(own, sp, seeds, n_test, seed + 100_000 + k)): counts[f.number][f.verdict] += 1
+    return dict(false_alarms=false, verdicts={n: {v: c / n_tables for v, c in vs.items()} for n, vs in counts.items()},
+                decided={n: 1 - vs[VERDICTS[3]] / n_tables for n, vs in counts.items()}, n_tables=n_tables, seeds=seeds, n_test=n_test)
+

@@ -11,34 +11,28 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
-from .stats import (BEST_TAUS, combine_verdicts, curve, Difference, difference, direction_verdict,
-                                     EQUIVALENCE, metric_value, SIGNIFICANCE, summarize, trend, usable, VERDICTS)
+from .judge import (MARGINS, Checked, Part, check_rows, combine, finding_power, judge_hard, judge_peak, judge_simple,
+                                     judge_trends, level_of)
+from .stats import BEST_TAUS, SIGNIFICANCE, VERDICTS, curve, summarize
 
 
 # %% auto #0
-__all__ = ['FINDINGS', 'CLAIMS', 'RULES', 'Finding', 'Part', 'Judged', 'FindingRule', 'register_finding', 'rule_text', 'Judging',
-           'TrendClaim', 'findings']
+__all__ = ['FINDINGS', 'CLAIMS', 'RULES', 'Finding', 'Judged', 'FindingRule', 'register_finding', 'rule_text', 'TrendClaim',
+           'findings']
 
 # %% ../../nbs/24_study_findings.ipynb #0c5e5dcb
 @dataclass
 class Finding:
     number: int
-    claim: str            # the paper's claim
-    measured: str         # what this study measured, in numbers
-    verdict: str          # one of VERDICTS
-    rule: str = ""        # how this study tests it, with its number of tests and their level
-    where: str = ""       # where and how the claim breaks (empty when nothing contradicts it)
-    evidence: str = ""    # the runs it rests on: usable, failed, left out, cells whose seeds trained for different lengths
-    stability: str = ""   # how often the verdict stays the same when the seeds are resampled (filled by `report_sections`)
-
-@dataclass
-class Part:
-    "One testable part of a finding's claim."
-    claim: str
-    verdict: str
-    measured: str
-    where: str = ""
-    marks: list = dataclasses.field(default_factory=list)  # (metric, loss, τ_a, τ_b) of each reversal, for the figures
+    claim: str                   # the paper's claim
+    measured: str                # what this study measured, in numbers
+    verdict: str                 # one of VERDICTS
+    rule: str = ""               # how this study tests it, with its number of tests and their level
+    where: str = ""              # where and how the claim breaks (empty when nothing contradicts it)
+    evidence: str = ""           # the runs it rests on: usable, failed, left out, flags corrected, cells short of seeds
+    stability: str = ""          # how often the verdict stays the same when the seeds are resampled (filled by `report_sections`)
+    power: float = 0.0           # the smallest power of its deciding tests at their margins (0 when a cell it needs is short)
+    seeds_needed: int | None = None  # seeds per cell for 80% power at every margin (None: unknown, or over 200)
 
 @dataclass(frozen=True)
 class Judged:
@@ -50,13 +44,13 @@ class Judged:
 @dataclass(frozen=True, eq=False)
 class FindingRule:
     """One finding, declared once: the paper's claim (with where the paper makes it), the rule's parameters (the paper's
-    facts and this study's margins; never the τ grid, which the judge reads from the rows), the rule's statement
-    generated from those parameters, and the judge that applies the rule."""
+    facts and each claim's margin; never the τ grid, which the judge reads from the plan), the rule's statement generated
+    from those parameters, and the judge that applies the rule."""
     number: int
     claim: str
     params: dict                      # keyword arguments of `statement` and `judge`
     statement: Callable[..., str]     # statement(**params): the rule in words
-    judge: Callable[..., Judged]      # judge(context, **params): the rule applied
+    judge: Callable[..., Judged]      # judge(checked, **params): the rule applied to the checked rows (ctl_explore.study.judge)
 
     @property
     def rule(self) -> str:
@@ -88,198 +82,85 @@ _LOSS_WORDS = dict(contrastive="ordinary loss", hard_contrastive="hard loss", si
 
 def _words(loss: str) -> str: return _LOSS_WORDS.get(loss, loss)
 
-def _level(m: int) -> float: return 1 - SIGNIFICANCE / max(1, m)
-
-def _trend_rule(what: str) -> str:
-    return (f"{what}: over all τ and seeds Spearman's ρ with the paper's sign (permutation test), and between every pair of "
-            "neighbouring τ no significant change against it (a reversal)")
+def _m(name: str) -> str: return f"{MARGINS[name].value:.4g}"
 
 def rule_text(number: int, m: int, registry: dict | None = None) -> str:
-    "Finding `number`'s rule (from `registry`, default `FINDINGS`), for `m` tests (each at level SIGNIFICANCE / m)."
+    "Finding `number`'s rule (from `registry`, default `FINDINGS`), for `m` tests (each interval at level 1 − SIGNIFICANCE / m)."
     registry = FINDINGS if registry is None else registry
     if number not in registry: raise ValueError(f"number must be one of the registered findings {tuple(sorted(registry))}, got {number!r}")
     return (f"{registry[number].rule}; {m} test{'s' if m != 1 else ''}, each at p < {SIGNIFICANCE:g}/{m} = {SIGNIFICANCE / max(1, m):.4f} "
-            f"(family-wise {SIGNIFICANCE:g} per finding); accuracies compared image by image where rows record it")
+            f"(family-wise {SIGNIFICANCE:g} per finding); accuracies compared image by image where rows record it; a cell needs "
+            f"two usable seeds, else the claim is undecided")
 
-def _cells_text(rows, metric, loss="contrastive") -> str:
-    taus, means, stds = curve(summarize([r for r in rows if r["loss"] == loss], metric), loss)
-    return ", ".join(f"{t:g}: {m:.3f} ± {0 if math.isnan(s) else s:.3f}" for t, m, s in zip(taus, means, stds))
-
-def _interval_text(d: Difference, level: float) -> str:
-    lo, hi = d.interval(level)
-    return f"{d.a:.3f} → {d.b:.3f}, {d.value:+.3f} (interval {lo:+.3f} to {hi:+.3f}{', paired by image' if d.paired else ''})"
-
-def _trend_part(rows, metric, sign, label, m, permutations, loss="contrastive") -> Part:
-    "One monotone claim over τ: the global trend, and every neighbouring pair of τ for a reversal."
-    level = _level(m)
-    cells = [r for r in rows if r["loss"] == loss and r["tau"] is not None]
-    taus = sorted({r["tau"] for r in cells})
-    g = trend([r["tau"] for r in cells], [metric_value(r, metric) for r in cells], permutations)
-    overall = g.direction(sign, 1 - level)
-    agree, reversed_ = [], []
-    for a, b in zip(taus, taus[1:]):
-        d = difference(rows, metric, (loss, a), (loss, b))
-        s = d.sign(level) * sign
-        if s > 0: agree.append((a, b, d))
-        if s < 0: reversed_.append((a, b, d))
-    if overall < 0: verdict = VERDICTS[2]
-    elif reversed_: verdict = VERDICTS[1] if overall > 0 or agree else VERDICTS[2]
-    else: verdict = VERDICTS[0] if overall > 0 else VERDICTS[3]
-    where = "; ".join(f"{label} reverses between τ = {a:g} and {b:g}: {_interval_text(d, level)}" for a, b, d in reversed_)
-    return Part(label, verdict, f"{label}: {g}; by τ {_cells_text(rows, metric, loss)}", where,
-                [(metric, loss, a, b) for a, b, _ in reversed_])
-
-def _tests_part(label: str, tests: list[tuple[str, int, str]]) -> Part:
-    "A claim tested at several places: (where, direction, numbers) each."
-    verdict = direction_verdict([d for _, d, _ in tests])
-    return Part(label, verdict, f"{label}: " + "; ".join(f"{w}: {txt}" for w, _, txt in tests),
-                "; ".join(f"{label} fails at {w}: {txt}" for w, d, txt in tests if d < 0))
-
-def _evidence(all_rows: list[dict], rows: list[dict]) -> str:
-    failed = [r for r in all_rows if r.get("failed")]
-    left = [r for r in all_rows if not r.get("failed") and r not in rows]
+def _evidence(ch: Checked) -> str:
+    failed = [r for r in ch.all_rows if r.get("failed")]
+    left = [r for r in ch.all_rows if not r.get("failed") and r not in ch.rows]
     lengths: dict = {}
-    for r in rows: lengths.setdefault((r["loss"], r["tau"]), []).append(r.get("config", {}).get("epochs"))
+    for r in ch.rows: lengths.setdefault((r["loss"], r["tau"]), []).append(r.get("config", {}).get("epochs"))
     mixed = [f"{l} {'' if t is None else f'τ = {t:g} '}(seeds trained {', '.join(map(str, e))} epochs)"
              for (l, t), e in lengths.items() if len(set(e)) > 1]
-    return (f"{len(rows)} of {len(all_rows)} runs usable; {len(failed)} failed"
+    return (f"{len(ch.rows)} of {len(ch.all_rows)} runs usable; {len(failed)} failed"
             + (f" ({', '.join(r['run'] for r in failed)})" if failed else "")
             + f"; {len(left)} not converged or collapsed" + (f" ({', '.join(r['run'] for r in left)})" if left else "")
-            + ("; cells whose seeds trained for different lengths: " + "; ".join(mixed) if mixed else ""))
-
-class Judging:
-    "What every judge reads: all the rows, the usable ones, and what they hold (the τ of each loss: read from the rows, never a setting)."
-    def __init__(self, all_rows: list[dict], permutations: int = 9999):
-        self.all_rows, self.rows, self.permutations = all_rows, usable(all_rows), permutations
-        self.evidence = _evidence(all_rows, self.rows)
-        self.acc = summarize(self.rows, "linear_top1")
-
-    def taus(self, loss: str = "contrastive") -> list[float]:
-        "The τ at which `loss` has usable runs, sorted."
-        return sorted({t for (l, t) in self.acc if l == loss and t is not None})
-
-    def best_in(self, best_taus: tuple, loss: str = "contrastive") -> list[float]:
-        "The paper's best τ at which `loss` has usable runs."
-        return [t for t in best_taus if t in self.taus(loss)]
-
-    def peak(self, best_taus: tuple, loss: str = "contrastive") -> float:
-        "The better of the paper's best τ (by mean linear accuracy of `loss`)."
-        return max(self.best_in(best_taus, loss), key=lambda t: self.acc[(loss, t)][0])
+            + ("; cells whose seeds trained for different lengths: " + "; ".join(mixed) if mixed else "")
+            + ("; " + "; ".join(ch.notes) if ch.notes else ""))
 
 class TrendClaim(NamedTuple):
-    "One monotone claim over τ: the metric, the sign the paper expects (+1 rising with τ), its label in the parts, its words in the rule."
+    "One monotone claim over τ: the metric, the sign the paper expects (+1 rising with τ), its label in the parts, its words in the rule, its margin's name in MARGINS."
     metric: str
     sign: int
     label: str
     words: str
+    margin: str = "share"
 
 def _trend_statement(loss: str, trends: tuple) -> str:
-    return _trend_rule(f"{_words(loss)}, " + " and ".join(f"{c.words} {'rising' if c.sign > 0 else 'falling'}" for c in trends) + " with τ")
+    what = " and ".join(f"{c.words} {'rising' if c.sign > 0 else 'falling'} (margin {_m(c.margin)})" for c in trends)
+    return (f"{_words(loss)}, {what} with τ: from the smallest to the largest planned τ the change is present (its interval above 0) "
+            "or absent (below the margin), and between every pair of neighbouring τ no step lies wholly against the paper (a "
+            "reversal); with a reversal it is partly reproduced only where it holds over two or more neighbouring steps")
 
-def _judge_trends(study: Judging, loss: str, trends: tuple) -> Judged:
-    "Each claim a global trend and every pair of neighbouring τ: K tests per claim, K the number of τ."
-    m = len(trends) * len(study.taus(loss))
-    return Judged([_trend_part(study.rows, c.metric, c.sign, c.label, m, study.permutations, loss) for c in trends], m)
+def _judge_trends(study: Checked, loss: str, trends: tuple) -> Judged:
+    "Each claim end to end and between every pair of neighbouring τ: K tests per claim, K the number of planned τ."
+    return Judged(*judge_trends(study, tuple((c.metric, c.sign, c.label, MARGINS[c.margin].value) for c in trends), loss))
 
 register_finding(FINDINGS, 1, "Uniformity rises as τ falls; tolerance rises as τ rises (Fig 4, 5).", _trend_statement, loss="contrastive",
-                 trends=(TrendClaim("uniformity", -1, "uniformity", "uniformity"),
+                 trends=(TrendClaim("uniformity", -1, "uniformity", "uniformity", "uniformity"),
                          TrendClaim("tolerance", +1, "tolerance", "tolerance")))(_judge_trends)
 
 def _or(taus) -> str: return " or ".join(f"{t:g}" for t in taus)
 
 def _peak_statement(loss: str, metric: str, best_taus: tuple) -> str:
-    return (f"{_words(loss)}: the better of τ = {_or(best_taus)} beats the smallest and the largest τ, and no τ beats it (a τ within the interval "
-            f"of it is tolerated: the paper names the best τ, not the size of the fall next to it); between neighbouring τ "
-            f"accuracy does not fall significantly below the peak's τ, nor rise above it")
+    return (f"{_words(loss)}: the better of τ = {_or(best_taus)} lies above both the smallest and the largest planned τ by a present "
+            f"effect (interval above 0; absent, a plateau, when below {_m('suboptimal')}: one end partly, both not reproduced), "
+            "and no τ lies wholly above it")
 
 @register_finding(FINDINGS, 2, "Linear accuracy against τ is a reverse U, best when τ is 0.2 or 0.3, small or large τ suboptimal (Sec 5, Fig 9).",
                   _peak_statement, loss="contrastive", metric="linear_top1", best_taus=BEST_TAUS)
-def _judge_peak(study: Judging, loss: str, metric: str, best_taus: tuple) -> Judged:
-    "The peak: the better best τ against every other τ; the reverse U: no neighbouring pair going the wrong way."
-    rows, taus, best_in = study.rows, study.taus(loss), study.best_in(best_taus, loss)
-    if not best_in: return Judged([Part("the peak", VERDICTS[3], f"no usable run at τ = {_or(best_taus)}")], 0)
-    peak = study.peak(best_taus, loss)
-    others = [t for t in taus if t not in best_in]
-    m = len(others) + len(taus) - 1
-    level = _level(m)
-    tests = []
-    for t in others:
-        d = difference(rows, metric, (loss, peak), (loss, t))
-        tests.append((t, d.sign(level), d))
-    beaten = [(t, d) for t, s, d in tests if s > 0]
-    arms = [s for t, s, d in tests if t in (taus[0], taus[-1])]
-    location = (VERDICTS[2] if beaten else VERDICTS[0] if len(arms) == 2 and all(s < 0 for s in arms) else VERDICTS[3])
-    loc = Part("the peak", location, f"peak τ = {peak:g} (the better of {', '.join(f'{t:g}' for t in best_in)}); against it: "
-               + "; ".join(f"τ = {t:g}: {_interval_text(d, level)}" for t, _, d in tests),
-               "; ".join(f"τ = {t:g} beats the peak τ = {peak:g}: {_interval_text(d, level)}" for t, d in beaten),
-               [(metric, loss, peak, t) for t, d in beaten])
-    reversed_ = []
-    for a, b in zip(taus, taus[1:]):
-        d = difference(rows, metric, (loss, a), (loss, b))
-        expected = +1 if b <= peak else -1
-        if d.sign(level) == -expected: reversed_.append((a, b, d))
-    shape = Part("the reverse U", VERDICTS[0] if not reversed_ else VERDICTS[1] if location == VERDICTS[0] else VERDICTS[2], "",
-                 "; ".join(f"accuracy {'falls' if b <= peak else 'rises'} between τ = {a:g} and {b:g}: {_interval_text(d, level)}"
-                           for a, b, d in reversed_), [(metric, loss, a, b) for a, b, _ in reversed_])
-    return Judged([loc] if not reversed_ else [loc, shape], m, loc.measured + f"; by τ {_cells_text(rows, metric, loss)}")
+def _judge_peak(study: Checked, loss: str, metric: str, best_taus: tuple) -> Judged:
+    "The reverse U (ctl_explore.study.judge.judge_peak)."
+    return Judged(*judge_peak(study, loss, metric, best_taus))
 
-def _hard_statement(loss: str, hard: str, best_taus: tuple, equivalence: float) -> str:
-    return (f"the {_words(hard)}'s range of uniformity over τ is below the {_words(loss)}'s; at every τ above {max(best_taus):g} the "
-            f"{_words(hard)} beats the {_words(loss)} at that τ, and is not more than {equivalence:g} below the {_words(loss)} at "
-            f"τ = {_or(best_taus)} (one-sided, non-inferiority)")
+def _hard_statement(loss: str, hard: str, best_taus: tuple) -> str:
+    return (f"the {_words(hard)}'s range of uniformity over τ lies below the {_words(loss)}'s (margin {_m('uniformity')}); at every planned "
+            f"τ above {max(best_taus):g} the {_words(hard)}'s accuracy lies above the {_words(loss)}'s at that τ (present above 0, absent "
+            f"below {_m('better')})")
 
 @register_finding(FINDINGS, 3, "With the hard loss, uniformity is relatively stable across τ, and at τ large enough the hard loss does better "
-                  "(Fig 6, 7, 9).", _hard_statement, loss="contrastive", hard="hard_contrastive", best_taus=BEST_TAUS, equivalence=EQUIVALENCE)
-def _judge_hard(study: Judging, loss: str, hard: str, best_taus: tuple, equivalence: float) -> Judged:
-    "Uniformity's range over τ, hard against ordinary; at every τ above the best ones, the hard loss beats the ordinary one there and keeps up with its peak."
-    rows, taus = study.rows, study.taus(loss)
-    uc = summarize(rows, "uniformity")
-    hard_taus = sorted(t for (l, t) in uc if l == hard)
-    large = [t for t in hard_taus if t > max(best_taus) and t in taus]
-    if not (len(hard_taus) >= 2 and study.best_in(best_taus, loss)):
-        return Judged([Part("the hard loss", VERDICTS[3], f"too few usable runs of the {_words(hard)}, or none at τ = {_or(best_taus)}")], 0)
-    peak = study.peak(best_taus, loss)
-    m = 1 + 2 * len(large)
-    level = _level(m)
-    ext = lambda l, ts: [max(ts, key=lambda t: uc[(l, t)][0]), min(ts, key=lambda t: uc[(l, t)][0])]
-    (ch, cl), (hh, hl) = ext(loss, taus), ext(hard, hard_taus)
-    range_c, range_h = uc[(loss, ch)][0] - uc[(loss, cl)][0], uc[(hard, hh)][0] - uc[(hard, hl)][0]
-    dc, dh = difference(rows, "uniformity", (loss, cl), (loss, ch)), difference(rows, "uniformity", (hard, hl), (hard, hh))
-    d = Difference(range_h, range_c, math.hypot(dc.se, dh.se), min(dc.df, dh.df))  # conservative degrees of freedom
-    stable = _tests_part("uniformity more stable with the hard loss", [("all τ", d.sign(level), f"range hard {range_h:.3f} "
-                         f"(τ {hl:g}–{hh:g}), ordinary {range_c:.3f} (τ {cl:g}–{ch:g}); ordinary − hard {_interval_text(d, level)}")])
-    tests = []
-    for t in large:
-        beat = difference(rows, "linear_top1", (loss, t), (hard, t))
-        keep = difference(rows, "linear_top1", (loss, peak), (hard, t))
-        tests.append((f"τ = {t:g}", beat.sign(level), f"hard − ordinary at τ = {t:g}: {_interval_text(beat, level)}"))
-        tests.append((f"τ = {t:g}", keep.sign(level, -equivalence), f"hard at τ = {t:g} − ordinary at τ = {peak:g}: {_interval_text(keep, level)}"))
-    return Judged([stable] + ([_tests_part("the hard loss at large τ", tests)] if large else
-                              [Part("the hard loss at large τ", VERDICTS[3], f"no usable τ above {max(best_taus):g}")]), m)
+                  "(Fig 6, 7, 9).", _hard_statement, loss="contrastive", hard="hard_contrastive", best_taus=BEST_TAUS)
+def _judge_hard(study: Checked, loss: str, hard: str, best_taus: tuple) -> Judged:
+    "The hard loss (ctl_explore.study.judge.judge_hard)."
+    return Judged(*judge_hard(study, loss, hard, best_taus))
 
-def _simple_statement(loss: str, simple: str, hard_simple: str, best_taus: tuple, equivalence: float) -> str:
-    return (f"at τ = {_or(best_taus)}: the {_words(loss)} beats {_words(simple)} by more than {equivalence:g} (far worse), and "
-            f"{_words(hard_simple)} is not more than {equivalence:g} below it (competitive; a wider interval: inconclusive)")
+def _simple_statement(loss: str, simple: str, hard_simple: str, best_taus: tuple) -> str:
+    return (f"at τ = {_or(best_taus)}: the {_words(loss)} − {_words(simple)} lies above {_m('far_worse')} (far worse: [WL21] Table 1's "
+            f"smallest gap; below it, not far worse), and the {_words(loss)} − {_words(hard_simple)} lies below {_m('competitive')} "
+            f"(competitive; above it, not); an interval holding its margin decides nothing")
 
 @register_finding(FINDINGS, 4, "The Simple loss is far worse than Eq 1; HardSimple is competitive with it (Table 1).", _simple_statement,
-                  loss="contrastive", simple="simple", hard_simple="hard_simple", best_taus=BEST_TAUS, equivalence=EQUIVALENCE)
-def _judge_simple(study: Judging, loss: str, simple: str, hard_simple: str, best_taus: tuple, equivalence: float) -> Judged:
-    "At each of the best τ present: the ordinary loss − Simple beyond the margin, the ordinary loss − HardSimple within it."
-    best_in = study.best_in(best_taus, loss)
-    if not (best_in and (simple, None) in study.acc and (hard_simple, None) in study.acc):
-        return Judged([Part("Simple and HardSimple", VERDICTS[3], f"no usable {_words(simple)} and {_words(hard_simple)} runs, or no "
-                            f"{_words(loss).split()[0]} τ at {_or(best_taus)}")], 0)
-    m = 2 * len(best_in)
-    level = _level(m)
-    far, competitive = [], []
-    for t in best_in:
-        ds = difference(study.rows, "linear_top1", (simple, None), (loss, t))       # ordinary − Simple
-        dh = difference(study.rows, "linear_top1", (hard_simple, None), (loss, t))  # ordinary − HardSimple
-        far.append((f"τ = {t:g}", ds.sign(level, equivalence), f"ordinary − Simple {_interval_text(ds, level)}"))
-        lo, hi = dh.interval(level)
-        competitive.append((f"τ = {t:g}", 1 if hi < equivalence else -1 if lo > equivalence else 0,
-                            f"ordinary − HardSimple {_interval_text(dh, level)}"))
-    return Judged([_tests_part("Simple far worse", far), _tests_part("HardSimple competitive", competitive)], m)
+                  loss="contrastive", simple="simple", hard_simple="hard_simple", best_taus=BEST_TAUS)
+def _judge_simple(study: Checked, loss: str, simple: str, hard_simple: str, best_taus: tuple) -> Judged:
+    "Simple and HardSimple (ctl_explore.study.judge.judge_simple)."
+    return Judged(*judge_simple(study, loss, simple, hard_simple, best_taus))
 
 register_finding(FINDINGS, 5, "Smaller τ widens the gap between the positive and the top-10 negatives; larger τ pushes the positive "
                  "similarity toward 1 (Fig 8).", _trend_statement, loss="contrastive",
@@ -289,23 +170,24 @@ register_finding(FINDINGS, 6, "Small τ gives a more uniform embedding, larger �
                  loss="contrastive", trends=(TrendClaim("neighbour_purity", +1, "neighbour purity", "neighbour purity (share of the 10 "
                                                         "nearest test images with the same label)"),))(_judge_trends)
 
-def _judge(all_rows: list[dict], permutations: int = 9999, registry: dict | None = None) -> tuple[list[Finding], list[Part]]:
-    "Every finding of `registry` (default FINDINGS) judged on `all_rows`: the findings, and every part they tested."
+def _judge(all_rows: list[dict], permutations: int | None = None, registry: dict | None = None, plan: dict | None = None,
+           resampled: bool = False) -> tuple[list[Finding], list[Part]]:
+    """Every finding of `registry` (default FINDINGS) judged on `all_rows`, checked first (`check_rows`, against `plan`:
+    {(loss, τ): seeds}, default the cells the rows name; `resampled`: seeds drawn again, runs repeated on purpose): the
+    findings, and every part they tested. (`permutations` is accepted for older callers; no test here permutes.)"""
     registry = FINDINGS if registry is None else registry
-    study = Judging(all_rows, permutations)
-    if len(study.taus()) < 2:
-        return [Finding(n, registry[n].claim, "too few usable runs of the ordinary loss to test anything", VERDICTS[3], rule_text(n, 0, registry), "",
-                        study.evidence) for n in sorted(registry)], []
-    found, parts = [], []
+    ch = check_rows(all_rows, plan, resampled)
+    evidence, found, parts = _evidence(ch), [], []
     for n in sorted(registry):
         spec = registry[n]
-        j = spec.judge(study, **spec.params)
+        j = spec.judge(ch, **spec.params)
         parts.extend(j.parts)
-        found.append(Finding(n, spec.claim, j.measured or "; ".join(p.measured for p in j.parts), combine_verdicts([p.verdict for p in j.parts]),
-                             rule_text(n, j.tests, registry), "; ".join(p.where for p in j.parts if p.where), study.evidence))
+        power, seeds = finding_power(j.parts, j.tests, ch.typical_seeds)
+        found.append(Finding(n, spec.claim, j.measured or "; ".join(p.measured for p in j.parts), combine(j.parts),
+                             rule_text(n, j.tests, registry), "; ".join(p.where for p in j.parts if p.where), evidence, "", power, seeds))
     return found, parts
 
-def findings(rows: list[dict], permutations: int = 9999) -> list[Finding]:
-    "[WL21]'s findings (`FINDINGS`), each with what the usable `rows` measured, a verdict by its rule, where it breaks, and the runs it rests on."
-    return _judge(rows, permutations)[0]
+def findings(rows: list[dict], permutations: int | None = None, plan: dict | None = None) -> list[Finding]:
+    "[WL21]'s findings (`FINDINGS`), each with what the usable `rows` measured, its verdict, where it breaks, its power and the seeds it needs, and the runs it rests on."
+    return _judge(rows, permutations, plan=plan)[0]
 

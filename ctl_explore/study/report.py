@@ -20,6 +20,7 @@ from ..run_folders import write_atomic
 from ..train import PretrainConfig
 from .calibration import dependence, verdict_stability
 from .findings import _judge, Finding, findings, Part
+from .judge import planned_cells
 from .measure import CRITERIA, first_drop
 from .plan import check_preset, StudyPreset
 from .rows import (_integer, _number, _probe_text, _replaceable, FAILED_KEYS, FIELD_RULES,
@@ -173,27 +174,38 @@ HISTORY = [  # the protocol's history; lesson 09 recomputes every number here fr
                 "at least 0.5), the five τ, three seeds and the digits preset (chosen by a pilot "
                 "of 23 runs with seed 99, judged by the criteria only)", verdicts=None),
     dict(run="first-run", commit="7d1f295", seen="before any verdict", change="measured every 10 epochs, least-squares window fit",
-         usable=29, verdicts=("R", "I", "I", "I", "R", "R"), rejudged=("R", "I", "I", "I", "R", "R"), window_changes=(-0.25, 0.40)),
+         usable=29, verdicts=("R", "I", "I", "I", "R", "R"), rejudged=("U", "U", "U", "U", "U", "U"), window_changes=(-0.25, 0.40)),
     dict(run="second-run", commit="7cdbc1a", seen="after the first run's verdicts",
          change="the measurement: every 5 epochs and the Theil–Sen slope (tolerances unchanged)", usable=33,
-         verdicts=("R", "I", "I", "I", "R", "R"), rejudged=("P", "I", "I", "I", "P", "R"), knn_misses=(0.0211, 0.0211, 0.0346)),
+         verdicts=("R", "I", "I", "I", "R", "R"), rejudged=("P", "U", "U", "U", "P", "R"), knn_misses=(0.0211, 0.0211, 0.0346)),
     dict(run="third-run", commit="59bffde", seen="after the second run's verdicts had shipped",
          change="the stretch rule: a run not settled at its first learning-rate drop trains 50 epochs longer, up to 400, decided "
                 "from the kNN monitor, which reads the test labels", usable=36, stretched=3, verdicts=("R", "I", "I", "R", "R", "R"),
-         rejudged=("P", "I", "I", "I", "P", "R")),
+         rejudged=("P", "U", "U", "U", "P", "R")),
     dict(run="fourth-run", commit="766589b", seen="after the third run's verdicts",
          change="none to the protocol; the losses rewritten (same equations, another order of summation): the 15 ordinary runs came out "
                 "identical to the third run's, the 21 others differ by up to 0.025 in accuracy, 0.041 in uniformity and 0.046 in "
-                "neighbour purity", usable=36, stretched=2, verdicts=("R", "I", "I", "R", "R", "R"), rejudged=("P", "I", "I", "I", "P", "R"),
+                "neighbour purity", usable=36, stretched=2, verdicts=("R", "I", "I", "R", "R", "R"), rejudged=("P", "U", "U", "U", "P", "R"),
          largest=dict(linear_top1=0.025, uniformity=0.041, neighbour_purity=0.046)),
-    dict(run="rules", commit="1f2e78a", seen="after every verdict above, before the fifth run's",
-         change="the finding rules of this version (reversals between neighbouring τ, the peak at 0.2 or 0.3, an equivalence margin of "
+    dict(run="rules", commit="1f2e78a", committed="2026-12-01 09:17:02", on_disk=14,
+         seen="after every verdict above, and while the fifth run was in progress: committed at 09:17:02, 21 minutes after that run "
+              "had started (08:55:47), when by its runs' wall times on its two workers about 14 of its 42 results were on disk, "
+              "every ordinary run at τ = 0.05, 0.1, 0.2 and 0.3 among them",
+         change="the finding rules of that version (reversals between neighbouring τ, the peak at 0.2 or 0.3, an equivalence margin of "
                 "0.02, Bonferroni within each finding, accuracies paired by test image); within them, variances pooled over τ was chosen "
                 "after per-cell variances (t ≈ 10 at the Bonferroni level with three seeds) had left finding 1 on the shipped rows "
                 "inconclusive; pooled, it is partly reproduced", verdicts=None),
-    dict(run="fifth-run (results.json)", commit="e85b96e", seen="before its verdicts",
+    dict(run="fifth-run (results.json)", commit="e85b96e", committed="2026-12-01 08:53:42",
+         seen="its protocol committed before it started (08:55:47 to 10:01:04, made.json); its finding rules committed while it ran (above)",
          change="convergence and stretching decided from uniformity and alignment only (no test label read), τ = 0.3 added, the "
-                "probe's per-image correctness recorded", usable=42, stretched=4, verdicts=None, rejudged=("P", "I", "I", "I", "R", "R")),
+                "probe's per-image correctness recorded", usable=42, stretched=4, verdicts=None, rejudged=("P", "U", "U", "U", "R", "R")),
+    dict(run="judge", commit=None, seen="after every run above and every verdict of the fifth",
+         change="the judge of appendix 28: rows checked against their own records, flags and plan (a cell short of two usable seeds "
+                "makes its claims undecided, never a smaller grid); each claim tested for presence and absence against a smallest "
+                "effect of interest from [WL21] (far worse 8.44 points, competitive 1 point, a tenth of a measurement's range for a "
+                "trend); 'inconclusive' became 'undecided at this scale', with the power each finding had. On the fifth run it "
+                "changes no verdict but that word; on the first, whose ordinary cell at τ = 0.05 had one usable seed, it decides "
+                "nothing where the earlier rules had judged a smaller grid", verdicts=None),
 ]
 
 def _verdict_letters(found: list[Finding]) -> str:
@@ -205,7 +217,7 @@ def report_sections(rows: list[dict], resamples: int = 200) -> list[tuple[str, s
     ok = usable(rows)
     n_tests = {f.number: int(re.search(r"; (\d+) tests?, each", f.rule).group(1)) for f in found}
     paired = bool(ok) and all(r.get("probe_correct") for r in ok)
-    family = ("Each finding is a family of tests: the global trend and every pair of neighbouring τ for a trend, every τ the claim "
+    family = ("Each finding is a family of tests: the change end to end and every pair of neighbouring τ for a trend, every τ the claim "
               f"names for a comparison. The family shares a false-alarm rate of {SIGNIFICANCE:g} (Bonferroni): with m tests, each "
               f"is made at {SIGNIFICANCE:g}/m. Here m is " + ", ".join(f"{m} for finding {n}" for n, m in n_tests.items())
               + f", {sum(n_tests.values())} tests in all. The six findings are not corrected against each other: if no claim held "
@@ -231,7 +243,8 @@ def report_sections(rows: list[dict], resamples: int = 200) -> list[tuple[str, s
               "evidence seen three ways, not three independent confirmations.")
     lines = []
     for h in HISTORY:
-        text = f"{h['run']}" + (f" (commit {h['commit']})" if h.get("commit") else "") + f", {h['seen']}: {h['change']}."
+        text = (f"{h['run']}" + (f" (commit {h['commit']}" + (f", {h['committed']} UTC" if h.get("committed") else "") + ")" if h.get("commit") else "")
+                + f", {h['seen']}: {h['change']}.")
         if h.get("usable"): text += f" {h['usable']} of {42 if h['run'].startswith('fifth') else 36} runs usable."
         if h.get("verdicts"): text += " Verdicts by the rules of that time: " + ", ".join(f"{i} {v}" for i, v in enumerate(h["verdicts"], 1)) + "."
         if h.get("rejudged"): text += " By this version's rules: " + ", ".join(f"{i} {v}" for i, v in enumerate(h["rejudged"], 1)) + "."
@@ -240,12 +253,13 @@ def report_sections(rows: list[dict], resamples: int = 200) -> list[tuple[str, s
                                          + " against the tolerance 0.02.")
         if h.get("stretched"): text += f" {h['stretched']} runs stretched to 250 epochs."
         lines.append(text)
-    lines.append("R reproduced, P partly reproduced, N not reproduced, I inconclusive at this scale.")
+    lines.append("R reproduced, P partly reproduced, N not reproduced, U undecided at this scale (this version's word), I inconclusive at this scale (the word of the rules before it).")
     history = ("Fixed before any verdict: the convergence tolerances and the pilot's choice of preset. "
                "Changed after verdicts had been seen: the measurement (first → second run), the stretch rule (second → third run: "
                "finding 4 moved from inconclusive to reproduced, with three runs no longer left out), and the finding rules "
-               "themselves (this version: on the fourth run it moves finding 1 and 5 from reproduced to partly reproduced and finding 4 from "
-               "reproduced to inconclusive). Step by step:\n\n" + "\n\n".join(lines))
+               "themselves (the rules of 1f2e78a: on the fourth run they moved findings 1 and 5 from reproduced to partly reproduced and "
+               "finding 4 from reproduced to inconclusive), committed while the fifth run was under way, and the judge of this version, "
+               "written after the fifth run's verdicts. Step by step:\n\n" + "\n\n".join(lines))
     breaks = [f"Finding {f.number} ({f.verdict}): {f.where}." for f in found if f.where]
     where = ("\n\n".join(breaks) + "\n\nEach is drawn in orange in the figures above." if breaks else
              "No test contradicted a claim anywhere on the τ curve.")
@@ -294,14 +308,16 @@ def _split(rows: list[dict]) -> tuple[list[dict], list[dict]]:
         clean.append(r)
     return clean, [r for r in clean if "failed" not in r]
 
-_FINDING_HEADS = dict(number="#", claim="[WL21] claims", rule="rule", measured="this study measured", verdict="verdict")
+_FINDING_HEADS = dict(number="#", claim="[WL21] claims", rule="rule", measured="this study measured", verdict="verdict",
+                      power="power at its margin", seeds_needed="seeds per cell for 80% power")
 
 def _findings_table(found: list) -> tuple[list[str], list[list[tuple[str, str]]]]:
     "The findings' header cells and rows: every field of each Finding (those added later too), as (field, text) pairs."
     if not found: return ["findings"], []
     names = [f.name for f in dataclasses.fields(found[0])]
     names = [n for n in _FINDING_HEADS if n in names] + [n for n in names if n not in _FINDING_HEADS]
-    return [_FINDING_HEADS.get(n, n.replace("_", " ")) for n in names], [[(n, _text(getattr(f, n))) for n in names] for f in found]
+    shown = lambda n, v: _text(v, ".0%") if n == "power" else "over 200" if n == "seeds_needed" and v is None else _text(v)
+    return [_FINDING_HEADS.get(n, n.replace("_", " ")) for n in names], [[(n, shown(n, getattr(f, n))) for n in names] for f in found]
 
 def _sections(rows: list[dict]) -> list[tuple[str, list[str]]]:
     "The sections `report_sections(rows)` adds after the findings: each heading with its plain-text paragraphs."
@@ -314,7 +330,7 @@ def write_report(rows: list[dict], out_dir: str | Path, preset: StudyPreset | No
     _replaceable(path)
     p = None if preset is None else check_preset(preset)
     clean, measured = _split(rows)
-    found = findings(clean)
+    found = findings(clean, plan=planned_cells(p) if p is not None else None)
     with_trajectories = [r for r in measured if "trajectory" in r and isinstance(r.get("config"), dict)]
     figs = {**({"trajectories": trajectory_figure(with_trajectories)} if with_trajectories else {}), **study_figures(clean)}
     plots = {name: fig.to_html(full_html=False, include_plotlyjs=(i == 0), div_id=f"fig-{name}") for i, (name, fig) in enumerate(figs.items())}

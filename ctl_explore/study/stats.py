@@ -14,9 +14,9 @@ import scipy.stats
 
 
 # %% auto #0
-__all__ = ['SIGNIFICANCE', 'BEST_TAUS', 'EQUIVALENCE', 'VERDICTS', 'usable', 'metric_value', 'summarize', 'curve', 'Trend',
-           'trend', 'noise_margin', 'Difference', 'accuracy_gap', 'pooled_variance', 'difference', 'direction_verdict',
-           'combine_verdicts']
+__all__ = ['SIGNIFICANCE', 'BEST_TAUS', 'EQUIVALENCE', 'VERDICTS', 'DIRECTION_VERDICTS', 'usable', 'metric_value', 'summarize',
+           'curve', 'Trend', 'trend', 'noise_margin', 'Difference', 'accuracy_gap', 'pooled_variance', 'difference',
+           'direction_verdict', 'combine_verdicts']
 
 # %% ../../nbs/23_study_stats.ipynb #7fa327e2
 def usable(rows: list[dict]) -> list[dict]:
@@ -43,8 +43,9 @@ def curve(summary: dict, loss: str) -> tuple[list[float], list[float], list[floa
 # %% ../../nbs/23_study_stats.ipynb #c3f96524
 SIGNIFICANCE = 0.05     # family-wise error of each finding: its tests share it equally (Bonferroni)
 BEST_TAUS = (0.2, 0.3)  # [WL21] Sec 5: "the best performance when the temperature is 0.2 or 0.3"
-EQUIVALENCE = 0.02      # "competitive": within 2 points of linear accuracy; "far worse": more than 2 points below
-VERDICTS = ("reproduced", "partly reproduced", "not reproduced", "inconclusive at this scale")
+EQUIVALENCE = 0.02      # the single margin of the rules before appendix 28's judge, kept for older callers (the judge has a margin per claim)
+VERDICTS = ("reproduced", "partly reproduced", "not reproduced", "undecided at this scale")  # the study's verdicts (appendix 28)
+DIRECTION_VERDICTS = VERDICTS[:3] + ("inconclusive at this scale",)  # `direction_verdict`'s: lesson 12's one-seed rules, without a margin
 
 def _ranks(v: np.ndarray) -> np.ndarray:
     "Ranks 1..n, ties sharing their average rank."
@@ -169,10 +170,10 @@ def _compare(a: float, b: float, margin: float) -> int:
 
 def direction_verdict(directions: list[int]) -> str:
     "Tests of one claim, each +1 (agrees with the paper), -1 (contradicts it) or 0 (unclear): all agree: reproduced; some agree and some contradict: partly reproduced; contradictions and no agreement: not reproduced; else inconclusive."
-    if not directions: return VERDICTS[3]
-    if all(d > 0 for d in directions): return VERDICTS[0]
-    if any(d < 0 for d in directions): return VERDICTS[1] if any(d > 0 for d in directions) else VERDICTS[2]
-    return VERDICTS[3]
+    if not directions: return DIRECTION_VERDICTS[3]
+    if all(d > 0 for d in directions): return DIRECTION_VERDICTS[0]
+    if any(d < 0 for d in directions): return DIRECTION_VERDICTS[1] if any(d > 0 for d in directions) else DIRECTION_VERDICTS[2]
+    return DIRECTION_VERDICTS[3]
 
 def combine_verdicts(parts: list[str]) -> str:
     "A finding's verdict from the verdicts of its parts."

@@ -1,0 +1,195 @@
+"""The study's judge (ctl_explore.study.judge, appendix 28) against hand-made tables built to fool it, one per class of what
+fooled the rules before it: rows it trusted, absence told from ignorance, one margin for opposite claims. Each asserts the
+verdict its data deserve. Tables are made up (made_up_study) with six seeds and 4,000 test images where a claim must be
+decided, so that the verdict is the data's, not the noise's."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from ctl_explore.study.calibration import agreeing_means, calibrate, cell_spreads, drawn_study, edge_tables, made_up_study
+from ctl_explore.study.findings import findings
+from ctl_explore.study.judge import JudgeError, MARGINS, check_rows, planned_cells
+
+TAUS = (0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
+BASE = agreeing_means(TAUS)
+QUIET = dict(uniformity=0.002, tolerance=0.002, pos_similarity=0.002, top10_mean=0.002, neighbour_purity=0.002, linear_top1=0.001)
+SHIPPED = json.loads((Path(__file__).resolve().parents[1] / "data/study-digits/results.json").read_text())
+UNDECIDED = "undecided at this scale"
+
+
+def table(means=BASE, seeds=range(6), n_test=4000, seed=0):
+    return made_up_study(means, seeds=tuple(seeds), sd=QUIET, n_test=n_test, image_share=0.5, seed=seed)
+
+def changed(changes: dict, means=BASE) -> dict:
+    out = {c: dict(v) for c, v in means.items()}
+    for cell, values in changes.items(): out[cell].update(values)
+    return out
+
+def verdicts(rows, plan=None) -> dict[int, str]:
+    return {f.number: f.verdict for f in findings(rows, plan=plan)}
+
+def cell(rows, loss, tau): return [r for r in rows if r["loss"] == loss and r["tau"] == tau]
+
+
+def test_the_agreeing_table_is_reproduced_everywhere():
+    assert set(verdicts(table()).values()) == {"reproduced"}
+
+
+# ------------------------------------------------------------------ it trusts the rows
+
+def test_an_accuracy_that_is_not_its_per_image_record_is_refused():
+    rows = table()
+    rows[0]["linear_top1"] += 0.02
+    with pytest.raises(JudgeError, match=rf"run '{rows[0]['run']}': linear_top1 .* per-image record gives"):
+        findings(rows)
+
+def test_a_record_of_another_length_than_n_test_is_refused():
+    rows = table()
+    rows[4]["n_test"] = 359
+    with pytest.raises(JudgeError, match="holds 4000 test images, but n_test is 359"):
+        findings(rows)
+
+def test_one_run_under_three_labels_is_refused():
+    "Three seeds that are one run (zero spread, a verdict from nothing) are refused, not judged."
+    rows = [r for r in table() if not (r["loss"] == "contrastive" and r["tau"] == 0.2)]
+    one = cell(table(), "contrastive", 0.2)[0]
+    rows += [dict(one, seed=s, run=f"contrastive-tau0.2-seed{s}") for s in range(3)]
+    with pytest.raises(JudgeError, match="counted twice"):
+        findings(rows)
+
+def test_one_configuration_under_two_labels_is_refused():
+    rows = [dict(r, config=dict(SHIPPED[0]["config"], loss=r["loss"], tau=r["tau"] or 0.2, seed=r["seed"])) for r in table()]
+    rows[1] = dict(rows[1], config=rows[0]["config"], run="another-name")
+    with pytest.raises(JudgeError, match="identical configurations"):
+        check_rows(rows)
+
+@pytest.mark.parametrize("field", ["uniformity", "linear_top1", "neighbour_purity"])
+def test_a_non_finite_value_is_one_sentence_naming_run_and_field(field):
+    rows = table()
+    rows[7][field] = math.nan
+    with pytest.raises(JudgeError, match=rf"run '{rows[7]['run']}': {field} is nan"):
+        findings(rows)
+
+def test_a_collapsed_run_flagged_healthy_does_not_count():
+    "Below the collapse floor but flagged 'not collapsed': recomputed from its uniformity, the cell is left one seed, undecided."
+    rows = table(seeds=(0, 1))
+    cell(rows, "contrastive", 1.0)[0]["uniformity"] = 0.3
+    assert verdicts(rows)[1] == UNDECIDED
+    assert "its own numbers say True" in findings(rows)[0].evidence
+
+def test_a_flag_is_recomputed_from_the_trajectory():
+    "A shipped run whose trajectory never settles is not converged, whatever its flag says."
+    rows = [dict(r) for r in SHIPPED]
+    bad = next(r for r in rows if r["run"] == "contrastive-tau1-seed0")
+    bad["trajectory"] = [dict(p, uniformity=p["uniformity"] + 0.02 * p["epoch"]) for p in bad["trajectory"]]
+    ch = check_rows(rows)
+    assert bad not in ch.rows and ch.seeds[("contrastive", 1.0)] == 2
+
+def test_unconverged_runs_at_the_largest_tau_leave_the_trend_undecided_not_a_smaller_grid():
+    "Two of three seeds at τ = 1 unconverged: the largest τ the claims speak of is still 1, with one usable seed, so undecided."
+    rows = table(seeds=(0, 1, 2))
+    for r in cell(rows, "contrastive", 1.0)[1:]: r["converged"] = False
+    v = verdicts(rows)
+    assert v[1] == v[5] == v[6] == UNDECIDED
+    assert "contrastive at τ = 1 has 1 usable seed of 3 planned" in findings(rows)[0].measured
+
+def test_a_planned_tau_without_any_row_is_named():
+    rows = [r for r in table() if not (r["loss"] == "contrastive" and r["tau"] == 1.0)]
+    plan = planned_cells("digits")
+    assert verdicts(rows, plan)[6] == UNDECIDED
+    assert "contrastive at τ = 1 has 0 usable seeds of 3 planned" in findings(rows, plan=plan)[5].measured
+
+
+# ------------------------------------------------------------------ absence is a verdict
+
+def test_flat_curves_over_many_seeds_are_not_reproduced():
+    flat = {c: dict(v, uniformity=3.3, tolerance=0.5, pos_similarity=0.85, top10_mean=0.72, neighbour_purity=0.8) if c[0] == "contrastive" else v
+            for c, v in BASE.items()}
+    v = verdicts(table(flat))
+    assert v[1] == v[5] == v[6] == "not reproduced"
+
+def test_a_curve_flat_within_its_margin_is_not_reproduced():
+    "Rising, but by less than the margin end to end, measured precisely: not the paper's trend."
+    small = changed({("contrastive", t): dict(neighbour_purity=0.8 + 0.04 * i / 5) for i, t in enumerate(TAUS)})
+    assert verdicts(table(small))[6] == "not reproduced"
+
+def test_a_precise_plateau_over_the_large_temperatures_is_partly_reproduced():
+    peak = BASE[("contrastive", 0.3)]["linear_top1"]
+    plateau = changed({("contrastive", 0.5): dict(linear_top1=peak), ("contrastive", 1.0): dict(linear_top1=peak)})
+    f = findings(table(plateau, seeds=range(10), n_test=10_000))[1]
+    assert f.verdict == "partly reproduced" and "τ = 1 below the peak" in f.where
+
+def test_a_zigzag_without_a_trend_is_not_partly_reproduced():
+    zig = changed({("contrastive", t): dict(neighbour_purity=0.75 + 0.1 * (i % 2)) for i, t in enumerate(TAUS)})
+    f = findings(table(zig))[5]
+    assert f.verdict == "not reproduced" and "no stretch" in f.where
+
+def test_a_turn_at_small_tau_then_a_trend_is_partly_reproduced_and_named():
+    turn = changed({("contrastive", 0.05): dict(uniformity=3.0)})
+    f = findings(table(turn))[0]
+    assert f.verdict == "partly reproduced" and "reverses between τ = 0.05 and 0.1" in f.where and "holds from τ = 0.1 to 1" in f.where
+
+def test_one_seed_per_tau_decides_nothing():
+    assert set(verdicts(table(seeds=(0,))).values()) == {UNDECIDED}
+
+def test_the_shipped_study_reports_power_beside_each_verdict():
+    found = findings(SHIPPED)
+    assert [f.verdict for f in found] == ["partly reproduced", UNDECIDED, UNDECIDED, UNDECIDED, "reproduced", "reproduced"]
+    assert all(0 <= f.power <= 1 for f in found) and min(found[i].power for i in (1, 2, 3)) < 0.5 < found[0].power
+    assert all(f.seeds_needed and f.seeds_needed > 3 for f in found[1:4])
+
+
+# ------------------------------------------------------------------ a margin of its own for each claim
+
+def test_simple_three_points_below_is_not_far_worse():
+    peak = BASE[("contrastive", 0.3)]["linear_top1"]
+    f = findings(table(changed({("simple", None): dict(linear_top1=peak - 0.03)})))[3]
+    assert "Simple far worse fails" in f.where and f.verdict == "partly reproduced"  # HardSimple still competitive
+
+def test_simple_far_below_is_far_worse():
+    peak = BASE[("contrastive", 0.3)]["linear_top1"]
+    f = findings(table(changed({("simple", None): dict(linear_top1=peak - 0.2)})))[3]
+    assert f.verdict == "reproduced"
+
+def test_hardsimple_one_and_a_half_points_below_is_not_competitive():
+    low = BASE[("contrastive", 0.2)]["linear_top1"] - 0.018
+    f = findings(table(changed({("hard_simple", None): dict(linear_top1=low)}), seeds=range(10), n_test=10_000))[3]
+    assert "HardSimple competitive fails" in f.where
+
+def test_the_two_margins_differ_and_come_from_table_1():
+    assert MARGINS["far_worse"].value == pytest.approx(0.8327 - 0.7483) and MARGINS["competitive"].value < MARGINS["far_worse"].value / 4
+
+
+# ------------------------------------------------------------------ calibration drawn from the data
+
+def test_drawn_studies_keep_each_cells_own_spread():
+    sp = cell_spreads(SHIPPED)
+    assert sp[("simple", None)]["uniformity"][1] == pytest.approx(0.165, abs=0.001)  # the noisiest cell stays as noisy as it is
+    means = {c: {m: v[0] for m, v in s.items()} for c, s in sp.items()}
+    rows = drawn_study(means, sp, seeds=40, seed=3)
+    simple = [r["uniformity"] for r in cell(rows, "simple", None)]
+    ordinary = [r["uniformity"] for r in cell(rows, "contrastive", 0.5)]
+    import numpy as np
+    assert np.std(simple) > 5 * np.std(ordinary)
+
+def test_every_test_has_tables_at_its_edge():
+    tables = edge_tables(SHIPPED)
+    assert len(tables) == 22 and any("flat last step" in k for k in tables) and any("margin end to end" in k for k in tables)
+    means = tables["Simple exactly the far-worse margin below (finding 4)"][0]
+    assert means[("contrastive", 0.3)]["linear_top1"] - means[("simple", None)]["linear_top1"] == pytest.approx(MARGINS["far_worse"].value)
+
+@pytest.mark.slow
+def test_few_false_alarms_at_the_edges():
+    tables = edge_tables(SHIPPED)
+    out = calibrate(SHIPPED, n_tables=3)
+    assert set(out["false_alarms"]) == set(tables) and sum(out["false_alarms"].values()) <= 2 / 3
+
+def test_hardsimple_a_point_below_is_not_called_competitive():
+    "1.2 points below, measured to about half a point: not competitive, though within the old single margin of 2 points."
+    low = BASE[("contrastive", 0.2)]["linear_top1"] - 0.012
+    f = findings(table(changed({("hard_simple", None): dict(linear_top1=low)}), seeds=range(10), n_test=10_000))[3]
+    assert f.verdict != "reproduced" and "HardSimple competitive (ordinary − HardSimple below 0.01)" in f.measured
