@@ -1,6 +1,6 @@
 """Issue 28 item 5: where one run of the default `digits` study spends its time, and what appendix 14's fast epoch saves.
 
-One run exactly as `ctl-explore study` trains and measures it (`study_runs._train_and_measure`: train to the first lr
+One run exactly as `ctl-explore study` trains and measures it (`workers._train_and_measure`: train to the first lr
 drop, the stretch decision, the rest of the schedule, then `measure_run` with its linear probe), in one thread, lesson
 07's plain epoch loop and the fast one in turn in this process. Each phase is timed in CPU seconds (`time.process_time`,
 which a busy machine inflates less than wall time) and wall seconds: start-up (imports, in a child process, its CPU
@@ -19,7 +19,8 @@ from pathlib import Path
 
 import torch
 
-from ctl_explore import fast, study, study_plan, study_runs, train
+from ctl_explore import fast, train
+from ctl_explore.study import measure, plan as study_plan, report, rows as study_rows, workers
 
 from bench_losses import machine
 
@@ -31,8 +32,8 @@ QUIET_STUDY = dict(wall_s=727, cpu_s=1387, runs=42, machine="2-core machine, qui
 PHASES = ("data", "setup", "steps", "eval_every_5", "checkpoints", "stretch_decision", "measure_without_probe", "probe")
 _TIMED = [(train, "_load_data", "data"), (train, "new_state", "setup"), (train, "_resume", "setup"),
           (train, "_train_epoch", "steps"), (train, "evaluate", "eval_every_5"), (train, "_save_epoch", "checkpoints"),
-          (study_runs, "_settled", "stretch_decision"), (study_runs, "_current", "stretch_decision"),
-          (study_runs, "stretch_run", "stretch_decision"), (study_runs, "_measure", "measure"), (study, "linear_eval", "probe")]
+          (workers, "_settled", "stretch_decision"), (workers, "_current", "stretch_decision"),
+          (workers, "stretch_run", "stretch_decision"), (workers, "_measure", "measure"), (measure, "linear_eval", "probe")]
 
 
 def lscpu() -> dict:
@@ -77,8 +78,8 @@ def one_run(config, probe: dict, stretch, plain: bool) -> tuple[dict, dict, dict
     with PhaseClock() as clock:
         c, w = time.process_time(), time.perf_counter()
         if plain:
-            with fast.plain_epochs(): row = study_runs._train_and_measure(config, out, probe, threads=1, stretch=stretch)
-        else: row = study_runs._train_and_measure(config, out, probe, threads=1, stretch=stretch)
+            with fast.plain_epochs(): row = workers._train_and_measure(config, out, probe, threads=1, stretch=stretch)
+        else: row = workers._train_and_measure(config, out, probe, threads=1, stretch=stretch)
         total_cpu, total_wall = time.process_time() - c, time.perf_counter() - w
     cpu, wall = dict(clock.cpu), dict(clock.wall)
     for d, total in ((cpu, total_cpu), (wall, total_wall)):
@@ -91,7 +92,7 @@ def one_run(config, probe: dict, stretch, plain: bool) -> tuple[dict, dict, dict
 def startup() -> dict:
     "CPU and wall seconds of a fresh process importing what a study worker imports."
     before, w = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import ctl_explore.study_runs, ctl_explore.study, ctl_explore.linear_eval"],
+    subprocess.run([sys.executable, "-c", "import ctl_explore.study.runner, ctl_explore.linear_eval"],
                    check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return dict(cpu_s=round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 2),
@@ -102,9 +103,9 @@ def report_cost() -> dict | None:
     "CPU and wall seconds of the report a study writes once at its end, on the shipped rows."
     path = SHIPPED / "results.json"
     if not path.exists(): return None
-    rows = study_runs.load_results(path)
+    rows = study_rows.load_results(path)
     c, w = time.process_time(), time.perf_counter()
-    study_runs.write_report(rows, Path(tempfile.mkdtemp(prefix="bench_report_")), "digits")
+    report.write_report(rows, Path(tempfile.mkdtemp(prefix="bench_report_")), study_plan.get_preset("digits"))
     return dict(cpu_s=round(time.process_time() - c, 2), wall_s=round(time.perf_counter() - w, 2))
 
 
