@@ -5,7 +5,6 @@
 # %% ../nbs/93_course_kit.ipynb #2e606c1a
 from __future__ import annotations
 
-import html
 import json
 import math
 import re
@@ -404,36 +403,23 @@ def _figure_title(block: str) -> str:
     title = layout.get("title", {})
     return (title.get("text") if isinstance(title, dict) else title) or ""
 
-def _page(title: str, body: str, nav: str = "", extra_css: str = "") -> str:
-    "A page of the site for instructors (template `course-page.html.j2`): viewport tag, the site's scripts and style, math typeset."
+def _page(template: str, title: str, nav: str = "", **values) -> str:
+    "A page of the site for instructors (`template` extends `course-page.html.j2`): viewport tag, the site's scripts and style, math typeset."
     from ctl_explore.html import package_text, render
-    return render("course-page.html.j2", title=title, body=body, nav=nav, math=True, mathjax_config=package_text("mathjax-config.js"))
+    return render(template, title=title, nav=nav, math=True, mathjax_config=package_text("mathjax-config.js"), **values)
 
 def figures_page(pages: dict[str, str], titles: dict[str, str], nav: str = "") -> str:
     "One screen per key figure: the first figure of each lesson in KEY_FIGURE_LESSONS, from its built page's HTML (`pages`: stem -> html)."
-    sections = []
+    figures = []
     for stem in KEY_FIGURE_LESSONS:
-        head = f"Lesson {html.escape(stem[:2])} · {html.escape(titles.get(stem, stem))}"
         blocks = figure_blocks(pages.get(stem, ""))
-        if not blocks:
-            why = "its page has no figure" if stem in pages else "this site has no page for it (built with --only)"
-            sections.append(f"<section class='ctl-slide'><h2>{head}</h2><p class='ctl-skip-note'>No figure: {why}.</p></section>")
-            continue
-        sections.append(f"<section class='ctl-slide'><h2>{head} · <a href='{html.escape(stem)}.html'>the lesson</a></h2>{blocks[0]}</section>")
-    return _page("Key figures, one per screen", "<p>For projecting: each core lesson's first figure, as the lesson computed it when this site was built.</p>"
-                 + "".join(sections), nav)
+        why = "its page has no figure" if stem in pages else "this site has no page for it (built with --only)"
+        figures.append({"stem": stem, "title": titles.get(stem, stem), "block": blocks[0] if blocks else None, "why": why})
+    return _page("figures.html.j2", "Key figures, one per screen", nav, figures=figures)  # a block is the site's own plotly div, put in as is
 
 def instructors_page(nbs: str | Path = ".", nav: str = "") -> str:
     "The instructors' page: the reading-time rule and table, both class plans, and links to the figures, and how to build the answer key."
-    rows = "".join(f"<tr><td><a href='{p.stem}.html'>{p.stem[:2]}</a></td><td>{s.words:,}</td><td>{s.code_lines:,}</td><td>{s.exercises}</td><td>{s.minutes} min</td></tr>"
-                   for p in lessons(nbs) for s in [lesson_stats(p)])
-    plans = "".join(f"<h3>{html.escape(name)} ({sum(s.minutes for s in plan)} minutes)</h3><ul>"
-                    + "".join(f"<li>{s.minutes} min, <a href='{s.lesson}.html'>lesson {s.lesson[:2]}</a>: "
-                              + "; ".join(f"<em>{html.escape(h)}</em>" for h in s.show) + (f". {html.escape(s.note)}" if s.note else "") + "</li>"
-                              for s in plan) + "</ul>" for name, plan in PLANS.items())
-    body = ("<p><a href='figures.html'>Key figures, one per screen</a> · The answer key: <code>ctl-explore answer-key --out DIR</code>, never on this site · "
-            "<a href='explorables.html'>Explorables without a kernel</a></p>"
-            f"<h2>Class plans</h2>{plans}<h2>Reading times</h2><p>By a stated rule: {html.escape(READING_RULE)}.</p>"
-            "<table><tr><th>lesson</th><th>words</th><th>visible lines of code</th><th>exercises</th><th>reading time</th></tr>"
-            f"{rows}</table>")
-    return _page("For instructors", body, nav)
+    rows = [{"stem": p.stem, "words": f"{s.words:,}", "code_lines": f"{s.code_lines:,}", "exercises": s.exercises, "minutes": s.minutes}
+            for p in lessons(nbs) for s in [lesson_stats(p)]]
+    plans = [{"name": name, "minutes": sum(s.minutes for s in plan), "slots": plan} for name, plan in PLANS.items()]
+    return _page("instructors.html.j2", "For instructors", nav, plans=plans, rows=rows, reading_rule=READING_RULE)

@@ -19,6 +19,7 @@ from torch import Tensor
 
 from .checks import check_in_range, check_int
 from .gradients import loss_gradients, penalty_entropy, relative_penalty
+from .html import render
 from ctl_explore.losses import (
     contrastive_loss, hard_contrastive_loss, hard_simple_loss, informative_mask, loss_names, loss_spec, pair_similarities,
     simple_limit_loss, simple_loss, triplet_limit_loss,
@@ -423,7 +424,7 @@ def _update_tau(self: TemperatureExplorer, penalty: bool = True, loss: bool = Tr
 # %% ../nbs/17_explorer_machinery.ipynb #7ae33a46
 @patch
 def _readout_html(self: TemperatureExplorer) -> str:
-    "One short paragraph of numbers for the current settings."
+    "One short paragraph of numbers for the current settings (template `temperature-readout.html.j2`)."
     k = len(self.neg)
     def shares(r): return " / ".join(f"{r[-n:].sum().item():.1%}" for n in (1, 5, 10) if n <= k)
     row, pos = self.neg[None], torch.tensor([self.pos], dtype=self.neg.dtype)
@@ -432,13 +433,9 @@ def _readout_html(self: TemperatureExplorer) -> str:
     tau_trip, tau_simple = self._regimes
     regimes = (f"Eq 6 within 5% for τ ≤ {tau_trip:.3g}" if tau_trip else "Eq 6 never within 5%") + "; " + \
               (f"Eq 7 within 5% for τ ≥ {tau_simple:.3g}" if tau_simple else "Eq 7 never within 5%")
-    return (f"<div style='font-size:13px;line-height:1.5'>"
-            f"<b>τ = {self.tau:.3g}</b>, <b>α = {self.alpha:.2f}</b>: the hard loss keeps the {self._n_kept} nearest of "
-            f"K = {k} negatives (s ≥ s_α = {self._s_alpha:.3f}); λ = {self.lam:.2g} (λK = {self.lam * k:.2g}); s_ii = {self.pos:.2f}<br>"
-            f"<b>H(r_i)</b> = {self.h:.3f} nats of at most log K = {math.log(k):.3f}; hard: {self.h_hard:.3f} of log {self._n_kept} = "
-            f"{math.log(self._n_kept):.3f}<br>"
-            f"<b>share of the push on the nearest 1 / 5 / 10 negatives</b>: {shares(self.r)} (hard: {shares(self.r_hard)})<br>"
-            f"<b>loss</b> (Eq 1) = {self.loss:.4g}; hard (Eq 9) = {hard:.4g}; simple (Eq 3, λ) = {simple:.4g}; {regimes}</div>")
+    return render("temperature-readout.html.j2", tau=self.tau, alpha=self.alpha, n_kept=self._n_kept, k=k, s_alpha=self._s_alpha,
+                  lam=self.lam, pos=self.pos, h=self.h, log_k=math.log(k), h_hard=self.h_hard, log_kept=math.log(self._n_kept),
+                  shares=shares(self.r), shares_hard=shares(self.r_hard), loss=self.loss, hard=hard, simple=simple, regimes=regimes)
 
 # %% ../nbs/17_explorer_machinery.ipynb #5d4b024e
 def temperature_explorer(
@@ -661,10 +658,9 @@ def _redraw(self: HyperspherePlayground):
     update_figure(self.fig_history, {i: dict(x=steps, y=np.array(self.history[name]))
                                      for i, name in enumerate(("uniformity", "tolerance"))})
     u, t = self.history["uniformity"][-1], self.history["tolerance"][-1]
-    objective = "" if math.isnan(self.objective) else f" · objective {self.objective:.4g}"
-    self.readout.value = (f"<div style='font-size:13px'>step <b>{self.n_steps}</b>{objective} · "
-                          f"<b>uniformity</b> −L_u = {u:.3f} (uniform on S²: {sphere_uniformity_limit(3):.3f}) · "
-                          f"<b>tolerance</b> = {t:.3f} (start: {self.history['tolerance'][0]:.3f})</div>")
+    self.readout.value = render("playground-readout.html.j2", n_steps=self.n_steps, uniformity=u, tolerance=t,
+                                objective=None if math.isnan(self.objective) else self.objective,
+                                limit=sphere_uniformity_limit(3), tolerance_start=self.history["tolerance"][0])
 
 def hypersphere_playground(
     loss: str = "contrastive", # one of `playground_losses()`: "contrastive", "simple", "hard_contrastive", "hard_simple"

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import csv
-import html as _html
 import importlib.util
 import json
 import os

@@ -23,6 +23,7 @@ from plotly.subplots import make_subplots
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from .html import render
 from .data import DATASETS, AugmentParams, ImageData, TwoViewAugment, dataset_spec, image_stats, load_dataset, to_float
 from .linear_eval import LinearEvalConfig, linear_probe
 from .losses import contrastive_loss, pair_similarities
@@ -897,26 +898,9 @@ def refresh(self: SuppressionExplorer) -> None:
 # %% ../nbs/12_feature_suppression.ipynb #9a6c2623
 @patch
 def _readout_html(self: SuppressionExplorer) -> str:
-    "The numbers of the chosen runs, or what is missing."
-    r, m, tau = self.randbit_row, self.multidigits_row, self.tau
-    if r:
-        ref = CLL20_RANDBIT_MNIST.get(tau)
-        ref_text = (" [CLL20] MNIST at this τ: " + ", ".join(f"{v:.1%} at {b}" for b, v in ref.items()) + ".") if ref else ""
-        rb = (f"<b>RandBit, k = {r['k']}, τ = {tau:g}</b>: online probe with own bits <b>{r['online_top1']:.3f}</b>; "
-              f"with one shared code <b>{r['digit_top1_shared']:.3f}</b> (random-init encoder {r['random_init_top1_shared']:.3f}, "
-              f"chance {r['chance']:.3f}); bit channels at zero {r['digit_top1']:.3f} (random-init {r['random_init_top1']:.3f}). "
-              f"Final loss {r['final_loss']:.3f}; {r['twin_share']:.0%} of the anchors share their bits with "
-              f"another image of their batch.{ref_text}")
-    else:
-        rb = f"<b>RandBit, k = {self.k}, τ = {tau:g}</b>: not run with these settings yet."
-    if m:
-        md = (f"<b>MultiDigits, scale {m['scale']:g} ({m['small_px']} and {m['big_px']} px), τ = {tau:g}</b>: on the canvas, small digit "
-              f"<b>{m['small_top1']:.3f}</b>, big digit <b>{m['big_top1']:.3f}</b>; alone, {m['small_alone_top1']:.3f} and "
-              f"{m['big_alone_top1']:.3f} (random-init encoder {m['random_init_small_alone_top1']:.3f} and "
-              f"{m['random_init_big_alone_top1']:.3f}).")
-    else:
-        md = f"<b>MultiDigits, scale {self.scale:g}, τ = {tau:g}</b>: not run with these settings yet."
-    return f"<div style='font-size:13px;line-height:1.5'>{rb}<br>{md}</div>"
+    "The numbers of the chosen runs, or what is missing (template `suppression-readout.html.j2`)."
+    return render("suppression-readout.html.j2", r=self.randbit_row, m=self.multidigits_row, ref=CLL20_RANDBIT_MNIST.get(self.tau),
+                  k=self.k, scale=self.scale, tau=self.tau)
 
 # %% ../nbs/12_feature_suppression.ipynb #539e9c81
 @patch
