@@ -18,7 +18,7 @@ __all__ = ['WORDS_PER_MINUTE', 'CODE_LINES_PER_MINUTE', 'MINUTES_PER_EXERCISE', 
            'LessonStats', 'reading_minutes', 'lesson_stats', 'lessons', 'reading_table', 'lesson_header',
            'course_table', 'site_url', 'site_link_line', 'update_docs', 'main', 'on_the_page', 'is_test_cell',
            'lesson_shape', 'Slot', 'headings', 'check_plan', 'section_cells', 'slot_content', 'session_minutes',
-           'plan_markdown', 'answer_key', 'figure_blocks', 'figures_page', 'instructors_page']
+           'plan_markdown', 'figure_blocks', 'figures_page', 'instructors_page']
 
 # %% ../nbs/93_course_kit.ipynb #e83790cb
 WORDS_PER_MINUTE = 100       # a careful first read of prose with equations in it
@@ -375,19 +375,6 @@ def plan_markdown(name: str, nbs: str | Path = ".") -> str:
     lines += [f"* {s.minutes} min (content {math.ceil(slot_content(s, nbs))}), lesson {s.lesson[:2]}: " + "; ".join(f"*{h}*" for h in s.show)
               + (f", without *{'*, *'.join(s.skip)}*" if s.skip else "") + (f". {s.note}" if s.note else "") for s in plan]
     return "\n".join(lines)
-
-# %% ../nbs/93_course_kit.ipynb #5bf99b32
-def answer_key(path: str | Path) -> list[dict]:
-    "A further lesson's exercises: {'questions': the markdown from its Exercises heading to its References, 'solutions': the code cells after its Solutions heading}."
-    cells = json.loads(Path(path).read_text())["cells"]
-    heading = lambda c, pattern: c["cell_type"] == "markdown" and re.match(rf"#+\s*{pattern}\b", _source(c).strip())
-    first = next((i for i, c in enumerate(cells) if heading(c, "Exercises")), len(cells))
-    last = next((i for i, c in enumerate(cells) if i > first and heading(c, "(References|Solutions)")), len(cells))
-    questions = [_source(c) for c in cells[first:last] if c["cell_type"] == "markdown"]  # the exercises' text, from their heading on
-    start = next((i for i, c in enumerate(cells) if c["cell_type"] == "markdown" and re.match(r"#+\s*Solutions", _source(c).strip())), None)
-    solutions = [] if start is None else [_source(c) for c in cells[start + 1:] if c["cell_type"] == "code"]
-    strip = lambda s: "\n".join(l for l in s.splitlines() if not l.lstrip().startswith("#|")).strip()
-    return {"questions": questions, "solutions": [strip(s) for s in solutions]}
 
 # %% ../nbs/93_course_kit.ipynb #2dc7c79a
 KEY_FIGURE_LESSONS = ("00_losses", "01_gradients", "02_explorer", "03_metrics", "06_memory_bank", "07_pretrain", "08_linear_eval",

@@ -207,12 +207,6 @@ def answer_key(out: str | Path, solutions: str | Path | None = None, numbers: bo
         nums = [(e.key, answer_numbers(e.key)) for e in exercises_of(p.stem[:2])] if numbers else []
         title = nb.cells[0].source.splitlines()[0].lstrip("# ") if nb.cells else p.stem
         lessons.append(dict(stem=p.stem, title=title, parts=parts, numbers=nums))
-    from ctl_explore.course import answer_key as further_key, lessons as course_lessons
-    for p in course_lessons(solutions.parent):  # further lessons keep their solutions after their references
-        key = further_key(p) if not exercises_of(p.stem[:2]) else {"solutions": []}
-        if key["solutions"]:
-            parts = [dict(kind="prose", html=md(_math(q))) for q in key["questions"]] + [dict(kind="code", text=s) for s in key["solutions"]]
-            lessons.append(dict(stem=p.stem, title=f"Lesson {p.stem}", parts=parts, numbers=[]))
     spec = importlib.util.find_spec("jupyter_server_mathjax")
     local = spec is not None and spec.submodule_search_locations and (Path(spec.submodule_search_locations[0]) / "static" / "MathJax.js").exists()
     if local:

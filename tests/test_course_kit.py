@@ -1,6 +1,6 @@
 """The instructor's kit stays true: the reading-time tables in README.md and nbs/index.ipynb are what the stated rule
-gives on the notebooks as they are; the class plans name sections that exist; the answer key holds every lesson's
-hidden solutions; every exercise check and solution is out of sight in JupyterLab."""
+gives on the notebooks as they are; the class plans name sections that exist; no lesson keeps its solutions (they are in
+nbs/solutions/); every exercise check and solution is out of sight in JupyterLab."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ctl_explore.course import (MAX_CONTENT, PLANS, READING_RULE, Slot, answer_key, check_plan, count_exercises, exercise_texts,
+from ctl_explore.course import (MAX_CONTENT, PLANS, READING_RULE, Slot, check_plan, count_exercises, exercise_texts,
                                 is_derivation, is_hidden, lesson_stats, lessons, reading_minutes, reading_table, section_cells,
                                 session_minutes, slot_content)
 
@@ -129,13 +129,11 @@ def test_the_one_class_plan_shows_the_criteria_its_verdicts_rest_on():
     assert verdicts and any("criteria" in h for s in verdicts for h in s.show)
 
 
-def test_answer_key_has_every_solution():
-    for path in lessons(NBS):
-        cells = json.loads(path.read_text())["cells"]
-        titles = ["".join(c["source"]).strip() for c in cells if c["cell_type"] == "markdown"]
-        if not any(re.match(r"#+\s*Solutions", t) for t in titles): continue
-        key = answer_key(path)
-        assert key["questions"] and key["solutions"], f"{path.name}: the answer key is empty"
+def test_no_lesson_keeps_its_solutions():
+    "Every lesson's solutions are in nbs/solutions/ (the answer key is built from there): no lesson has a Solutions section."
+    kept = [path.name for path in lessons(NBS) if any(c["cell_type"] == "markdown" and re.match(r"#+\s*Solutions", "".join(c["source"]).strip())
+                                                      for c in json.loads(path.read_text())["cells"])]
+    assert not kept, f"lessons that keep a Solutions section: {kept}"
 
 
 def test_exercise_checks_and_solutions_are_out_of_sight():

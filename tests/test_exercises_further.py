@@ -1,176 +1,207 @@
-"""The exercises of lessons 11 and 12 (the core lessons' are in test_exercises_core.py, their checks in ctl_explore.exercises): every check refuses the wrong answers its exercise invites (each listed here,
-as in the notebook's hidden cell), accepts the right one, and every check and solution cell is out of sight
-(`#| hide` for the site, `source_hidden` for JupyterLab), the solutions after the references.
+"""The exercises of the further lessons 11, 12 and 15 (checks in `ctl_explore.exercises`, appendix 94; solutions in
+`nbs/solutions/`).
 
-The checks are read from the notebooks and run in a namespace of their own, so that this file tests the cells the
-students run, not a copy of them."""
+For every check, at least five wrong answers it must refuse: the lookalikes each exercise invites (the textbook split's
+λ, the colab's constant, a miscounted set of negatives, the run's own τ for the reference τ, the answer for another
+batch size, the wrong probe, percent for a fraction, the paper's τ for the study's), and the placeholders a student
+leaves. Then what a student sees: the committed lesson JSON (GitHub's view) holds no check body, no solution and no
+answer value, and no Solutions section."""
 from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
-import torch
-import torch.nn.functional as F
 
-NBS = Path(__file__).resolve().parent.parent / "nbs"
-NOTEBOOKS = ["11_generalized_losses.ipynb", "12_feature_suppression.ipynb"]
+import ctl_explore.exercises as ex
 
-
-def _cells(name: str) -> list[dict]:
-    return json.loads((NBS / name).read_text())["cells"]
+ROOT = Path(__file__).resolve().parents[1]
+NBS = ROOT / "nbs"
+FURTHER = ("11_generalized_losses", "12_feature_suppression", "15_gpu_study")
 
 
-def _source(cell: dict) -> str:
-    return "".join(cell["source"])
+def refused(check, answer, says: str = ""):
+    with pytest.raises(AssertionError) as caught: check(answer)
+    assert says in str(caught.value), f"{check.__name__}({answer!r}) refused with {str(caught.value)!r}, not {says!r}"
 
 
-def _run(name: str, namespace: dict, *markers: str) -> dict:
-    "Execute, in order, the code cells of notebook `name` whose source contains one of `markers`, in `namespace`."
-    for cell in _cells(name):
-        src = _source(cell)
-        if cell["cell_type"] == "code" and any(m in src for m in markers): exec(compile(src, f"{name}:{cell['id']}", "exec"), namespace)
-    return namespace
+def passes(check, answer, capsys):
+    assert check(answer) is True
+    assert "Right." in capsys.readouterr().out and ex.RESULTS[-1]["status"] == "passed"
 
 
-def _refuses(check, answer, hint: str, *args) -> None:
-    with pytest.raises(AssertionError) as info: check(answer, *args)
-    assert hint in str(info.value), f"{check.__name__}({answer!r}) refused with {str(info.value)!r}, not with a hint containing {hint!r}"
+# ================================================================ lesson 11
 
-
-# ---------------------------------------------------------------- every check and solution out of sight
-
-def _exercise_cells(cells: list[dict]) -> list[dict]:
-    "The code cells that hold a check (its definition) or a solution (everything after the '## Solutions' heading)."
-    out, in_solutions = [], False
-    for cell in cells:
-        src = _source(cell)
-        if cell["cell_type"] == "markdown" and src.lstrip().startswith("## Solutions"): in_solutions = True
-        if cell["cell_type"] == "code" and (in_solutions or "def check_exercise_" in src or "def check_prediction" in src): out.append(cell)
-    return out
-
-
-def _visible(cells: list[dict]) -> list[str]:
-    "What is wrong with each check or solution cell that the site or JupyterLab would show."
-    problems = []
-    for cell in _exercise_cells(cells):
-        if not _source(cell).startswith("#| hide"): problems.append(f"{cell['id']}: no '#| hide'")
-        if cell.get("metadata", {}).get("jupyter", {}).get("source_hidden") is not True: problems.append(f"{cell['id']}: not source_hidden")
-    return problems
-
-
-@pytest.mark.parametrize("name", NOTEBOOKS)
-def test_checks_and_solutions_are_hidden_on_the_site_and_collapsed_in_jupyterlab(name):
-    cells = _cells(name)
-    found = _exercise_cells(cells)
-    assert any("def check_exercise_" in _source(c) for c in found) and any("check_exercise_1(" in _source(c) for c in found)
-    assert _visible(cells) == []
-
-
-def test_the_visibility_rule_finds_each_way_of_showing_a_check():
-    "The rule above on cells built to break it: a check without '#| hide', one without source_hidden, a solution with neither."
-    hidden = {"jupyter": {"source_hidden": True}}
-    cells = [{"cell_type": "code", "id": "a", "metadata": {}, "source": ["#| hide\n", "def check_exercise_1(x): pass\n"]},
-             {"cell_type": "code", "id": "b", "metadata": hidden, "source": ["def check_exercise_2(x): pass\n"]},
-             {"cell_type": "code", "id": "c", "metadata": hidden, "source": ["#| hide\n", "def check_exercise_3(x): pass\n"]},
-             {"cell_type": "markdown", "id": "d", "metadata": {}, "source": ["## Solutions\n"]},
-             {"cell_type": "code", "id": "e", "metadata": {}, "source": ["check_exercise_1(42)\n"]}]
-    assert _visible(cells) == ["a: not source_hidden", "b: no '#| hide'", "e: no '#| hide'", "e: not source_hidden"]
-
-
-@pytest.mark.parametrize("name", NOTEBOOKS)
-def test_solutions_come_after_the_references_and_every_exercise_has_an_answer_cell(name):
-    heads = [_source(c).lstrip().split("\n")[0] for c in _cells(name) if c["cell_type"] == "markdown"]
-    assert heads.index("## Exercises") < heads.index("## References") < heads.index("## Solutions")
-    answers = [c for c in _cells(name) if c["cell_type"] == "code" and "= None" in _source(c) and "check_exercise_" in _source(c)]
-    assert len(answers) == sum(h.startswith("### Exercise") for h in heads) and all(not _source(c).startswith("#|") for c in answers)
-
-
-# ---------------------------------------------------------------- lesson 11
-
-@pytest.fixture(scope="module")
-def lesson11():
-    import fastcore.test
-    from ctl_explore import generalized
-    ns = {**vars(generalized), **{k: getattr(fastcore.test, k) for k in ("test_eq", "test_close", "test_fail")}, "torch": torch, "F": F}
-    return _run("11_generalized_losses.ipynb", ns, "import dataclasses, json, tempfile, time", "REF_TAU, D = 0.2", "def check_exercise_1")
-
-
-def test_11_exercise_1_refuses_the_lookalike_constants(lesson11):
-    check, tau, d = lesson11["check_exercise_1"], 0.5, 16
-    check((tau / d, tau / d, 1 / d))
-    for answer, hint in (((tau, 1.0, -1.0), "changes from batch to batch"),                              # the textbook split's λ = τ
+def test_11_1_refuses_the_lookalike_constants(capsys):
+    tau, d = 0.5, 16
+    passes(ex.check_11_1, (tau / d, tau / d, 1 / d), capsys)
+    for answer, says in (((tau, 1.0, -1.0), "changes from batch to batch"),                                  # the textbook split's λ = τ
                          ((tau / d, tau / d, -(tau * math.log(d) - 1) / d), "the colab's decoupled NT-Xent"),  # read off the colab's loss
                          ((tau / d, tau / d, -1 / d), "is not the constant"), ((tau / d, tau / d, 1.0), "is not the constant"),
                          ((tau / d, 1.0, 1 / d), "changes from batch to batch"), ((tau, tau / d, 1 / d), "changes from batch to batch"),
-                         ((-tau / d, -tau / d, 1 / d), "is negative"), ((tau / d, 1 / d), "give a triple")):
-        _refuses(check, answer, hint)
+                         ((1 / d, 1 / d, 1 / d), "changes from batch to batch"),                                # τ forgotten
+                         ((-tau / d, -tau / d, 1 / d), "is negative"), ((tau / d, 1 / d), "give a triple"),
+                         (("1/32", "1/32", "1/16"), "give a triple")):
+        refused(ex.check_11_1, answer, says)
 
 
-def test_11_exercise_2_refuses_miscounted_negatives(lesson11):
-    check = lesson11["check_exercise_2"]
-    check([math.log1p(math.exp(1 / t) / 14) for t in (0.5, 0.1)])
-    for answer, hint in (([math.log1p(math.exp(1 / t) / 15) for t in (0.5, 0.1)], "Count them"),
+def test_11_2_refuses_miscounted_negatives(capsys):
+    right = [math.log1p(math.exp(1 / t) / 14) for t in (0.5, 0.1)]
+    passes(ex.check_11_2, right, capsys)
+    for answer, says in (([math.log1p(math.exp(1 / t) / 15) for t in (0.5, 0.1)], "Count them"),   # the positive counted as a negative
                          ([math.log1p(math.exp(1 / t) / 7) for t in (0.5, 0.1)], "counts 7 negatives"),
-                         ([-math.log1p(math.exp(1 / t) / 14) for t in (0.5, 0.1)], "is not positive"),
-                         ([1 / t for t in (0.5, 0.1)], "is not NT-Xent − DCL"), (0.5, "give a pair")):
-        _refuses(check, answer, hint)
+                         ([-g for g in right], "is not positive"),
+                         ([1 / t for t in (0.5, 0.1)], "is not NT-Xent − DCL"),
+                         (right[::-1], "is not NT-Xent − DCL"),                                            # the two τ swapped
+                         ([16 * g for g in right], "is not NT-Xent − DCL"),                                # summed over the anchors
+                         ([round(g, 2) for g in right], "is not NT-Xent − DCL"),                           # two decimals, not three
+                         (0.5, "give a pair")):
+        refused(ex.check_11_2, answer, says)
 
 
-def test_11_exercise_3_refuses_the_wrong_scale(lesson11):
-    check, d = lesson11["check_exercise_3"], 128
-    check((d, 0.03 / (0.2 / d)))
-    for answer, hint in (((1 / d, 0.03 / (0.2 / d)), "averages over all B·d entries"), ((d, 0.03 / (0.5 / d)), "reference τ"),
-                         ((d, 0.03 * 0.2 / d), "divided by c"), ((d, 0.03), "is not the learning rate")):
-        _refuses(check, answer, hint)
+def test_11_3_refuses_the_wrong_scale(capsys):
+    from ctl_explore.train import PretrainConfig
+    d = PretrainConfig().out_dim
+    passes(ex.check_11_3, (d, 0.03 / (0.2 / d)), capsys)
+    for answer, says in (((1 / d, 0.03 / (0.2 / d)), "averages over all B·d entries"), ((2 * d, 0.03 / (0.2 / d)), "averages over all B·d entries"),
+                         ((d, 0.03 / (0.5 / d)), "reference τ"),                                          # the run's own τ
+                         ((d, 0.03 * 0.2 / d), "divided by c"), ((d, 0.03), "is not the learning rate"),
+                         ((d, 0.03 * d), "reference τ"),                                                 # τ_ref forgotten
+                         (d, "give a pair")):
+        refused(ex.check_11_3, answer, says)
 
 
-# ---------------------------------------------------------------- lesson 12
+def test_11_3_agrees_with_the_lessons_grids():
+    "The check's learning rate is the one lesson 11's `grids(FULL)` gives its decoupled NT-Xent runs (the lesson's cells, run here)."
+    cells = json.loads((NBS / "11_generalized_losses.ipynb").read_text())["cells"]
+    import torch
+    import torch.nn.functional as F
+    from ctl_explore import generalized
+    ns: dict = {**vars(generalized), "torch": torch, "F": F}
+    for c in cells:
+        src = "".join(c["source"])
+        if c["cell_type"] == "code" and any(m in src for m in ("import dataclasses, json, tempfile, time", "REF_TAU, D = 0.2")):
+            exec(compile(src, "lesson 11", "exec"), ns)
+    assert math.isclose(ns["grids"](ns["FULL"])["instantiations"]["decoupled_nt_xent-seed0"].lr, ex._lr_11_3(), rel_tol=1e-12)
 
-@pytest.fixture(scope="module")
-def lesson12():
-    from ctl_explore import suppression
-    import os
-    here = os.getcwd()
-    os.chdir(NBS)  # the check cell reads ../data/suppression/ as the notebook does
-    try: return _run("12_feature_suppression.ipynb", {**vars(suppression)}, "def check_exercise_1")
-    finally: os.chdir(here)
 
+# ================================================================ lesson 12
 
-def test_12_exercise_1_refuses_the_near_misses(lesson12):
-    check, k = lesson12["check_exercise_1"], math.ceil(-math.log2(1 - 0.99 ** (1 / 127)))
-    check(k)
-    for answer, hint in ((7, "far from enough"), (k - 1, "still have a twin"), (k + 1, "fewer bits may do"),
-                         (17, "fewer bits may do"),                                   # the answer for batches of 1000
+def test_12_1_refuses_the_near_misses(capsys):
+    k = math.ceil(-math.log2(1 - 0.99 ** (1 / 127)))
+    passes(ex.check_12_1, k, capsys)
+    for answer, says in ((7, "far from enough"), (k - 1, "still have a twin"), (k + 1, "fewer bits may do"),
+                         (math.ceil(-math.log2(1 - 0.99 ** (1 / 999))), "fewer bits may do"),        # the answer for batches of 1000
+                         (math.ceil(math.log2(128)), "far from enough"),                             # 2^k = B
                          (float(k), "an integer"), (True, "an integer"), (-1, "an integer")):
-        _refuses(check, answer, hint)
+        refused(ex.check_12_1, answer, says)
 
 
-def test_12_exercise_2_refuses_other_probes_and_other_rules(lesson12):
-    check, rows = lesson12["check_exercise_2"], lesson12["_grid_rows"]
-    at_chance = lesson12["at_chance"]
-    mine = sorted((r for r in rows if r["tau"] == 0.05), key=lambda r: r["k"])
-    exact = next(r["k"] for r in mine if at_chance(r["online_top1"], r["chance"], r["n_test"]))
-    check(exact)
-    # the rule with a chance level of 0.1 and no noise allowance, and the shared-code probe instead of the online one
-    strict = next((r["k"] for r in mine if r["online_top1"] <= 0.1), None)
-    for answer, hint in ((4, "clearly above chance"), (16, "already at a smaller k"), (10, "the grid ran k in")):
-        if answer != exact: _refuses(check, answer, hint)
-    if strict not in (None, exact): _refuses(check, strict, "already at a smaller k")
+def test_12_2_refuses_other_rows_and_rules(capsys):
+    from ctl_explore.suppression import at_chance
+    rows = ex._randbit_rows()
+    at = lambda tau: sorted(r["k"] for r in rows if r["tau"] == tau and at_chance(r["online_top1"], r["chance"], r["n_test"]))
+    exact = at(0.05)[0]
+    passes(ex.check_12_2, exact, capsys)
+    grid = sorted({r["k"] for r in rows if r["tau"] == 0.05})
+    below = max(k for k in grid if k < exact)
+    for answer, says in ((below, "clearly above chance"),                      # the last k above chance
+                         (at(0.05)[-1], "already at a smaller k"),              # the largest k at chance
+                         (math.ceil(-math.log2(1 - 0.99 ** (1 / 127))), "the grid ran k in"),  # exercise 1's answer
+                         (float(exact), "an integer"), (str(exact), "the grid ran k in"), (0, "clearly above chance")):
+        refused(ex.check_12_2, answer, says)
 
 
-def test_12_exercise_3_refuses_the_wrong_difference(lesson12):
-    check, confound = lesson12["check_exercise_3"], lesson12["zero_bit_confound"]
-    (c,) = [c for c in confound(lesson12["_grid_rows"]) if c["k"] == 16 and c["tau"] == 0.2]
+def test_12_3_refuses_the_wrong_difference(capsys):
+    from ctl_explore.suppression import zero_bit_confound
+    (c,) = [c for c in zero_bit_confound(ex._randbit_rows()) if c["k"] == 16 and c["tau"] == 0.2]
     gap = {m: c[f"trained_{m}"] - c[f"random_{m}"] for m in ("zero", "shared")}
     probe = min(gap, key=gap.get)
     other = "shared" if probe == "zero" else "zero"
     by = gap[other] - gap[probe]
-    check((probe, by))
-    for answer, hint in (((other, by), "the more negative one"), ((probe, 100 * by), "looks like percent"),
+    passes(ex.check_12_3, (probe, by), capsys)
+    for answer, says in (((other, by), "the more negative one"), ((probe, 100 * by), "looks like percent"),
                          ((probe, -by), "a positive number"),
-                         ((probe, abs(c["out_of_distribution_drop"])), "not the difference of the two gaps"),  # the trained encoder only
-                         ((probe, abs(c["random_zero"] - c["random_shared"])), "not the difference of the two gaps"),  # the random one only
-                         (("both", by), "name the probe"), (probe, "give a pair")):
-        _refuses(check, answer, hint)
+                         ((probe, abs(c["trained_shared"] - c["trained_zero"])), "not the difference of the two gaps"),  # the trained encoder only
+                         ((probe, abs(c["random_shared"] - c["random_zero"])), "not the difference of the two gaps"),  # the random one only
+                         ((probe, abs(gap[probe])), "is not by how much"),                                              # one gap alone
+                         (("both", by), "name the probe"), ((probe, f"{by:.3f}"), "is a number"), (probe, "give a pair")):
+        refused(ex.check_12_3, answer, says)
+
+
+# ================================================================ lesson 15
+
+def test_15_1_refuses_other_counts(capsys):
+    need, run_s, per_gpu, runs = ex._gpus_15_1()
+    passes(ex.check_15_1, need, capsys)
+    for answer, says in ((need - 1, "would not finish"), (need + 1, "fewer would do"), (runs, "fewer would do"),
+                         (per_gpu, "fewer would do"), (1, "would not finish"),
+                         (float(need), "an integer"), (True, "an integer"), (str(need), "an integer"), (0, "an integer")):
+        refused(ex.check_15_1, answer, says)
+
+
+def test_15_2_refuses_the_neighbours_and_the_papers_tau(capsys):
+    means = ex._tau_means_15_2()
+    top = ex._top_15_2(means)
+    for best in top: passes(ex.check_15_2, best, capsys)   # an exact tie (three seeds of one test set) accepts either
+    assert top == [t for t in means if means[t] == max(means.values())]
+    best = top[0]
+    second = max((t for t in means if t not in top), key=means.get)
+    hard = ex._tau_means_15_2("hard_contrastive")
+    for answer, says in ((second, "Hint"), (min(means, key=means.get), "Hint"), (0.2 if 0.2 not in top else second, "Hint"),   # the paper's τ
+                         (max(hard, key=hard.get) if max(hard, key=hard.get) not in top else 1.0, "Hint"),   # the hard loss's best
+                         (str(best), "a number"), (True, "a number")):
+        refused(ex.check_15_2, answer, says)
+
+
+def test_15_3_refuses_the_off_by_ones(capsys):
+    passes(ex.check_15_3, 20, capsys)
+    for answer, says in ((21, "Hint"), (19, "Hint"), (40, "Hint"), (200, "Hint"), (20.0, "an integer"), ("20", "an integer")):
+        refused(ex.check_15_3, answer, says)
+
+
+@pytest.mark.parametrize("check", [ex.check_11_1, ex.check_11_2, ex.check_11_3, ex.check_12_1, ex.check_12_2, ex.check_12_3,
+                                   ex.check_15_1, ex.check_15_2, ex.check_15_3])
+def test_an_unanswered_exercise_is_a_reminder(check, capsys):
+    assert check(None) is None and check(...) is None
+    assert "not answered" in capsys.readouterr().out
+
+
+def test_the_answer_key_numbers_compute():
+    for lesson in ("11", "12", "15"):
+        for e in ex.exercises_of(lesson):
+            assert not ex.answer_numbers(e.key).startswith("(could not"), e.key
+
+
+# ================================================================ what a student sees: GitHub's view of the lessons
+
+ANSWERS = ["tau / d", "1 / d", "math.log1p", "/ 14", "0.03 / (0.2", "0.99 **", "math.ceil(", "gap_zero", "check_15_1(6",
+           "check_15_3(20", "(6)", "(20)", "at the very end of the notebook", "check_exercise_", "test_fail(", "## Solutions",
+           "WRONG_ANSWERS", "def check_"]
+
+
+@pytest.mark.parametrize("name", FURTHER)
+def test_the_committed_lesson_shows_no_check_solution_or_answer(name):
+    text = (NBS / f"{name}.ipynb").read_text()
+    cells = json.loads(text)["cells"]
+    assert not any(c["cell_type"] == "markdown" and "".join(c["source"]).lstrip().startswith("## Solutions") for c in cells)
+    start = next(i for i, c in enumerate(cells) if c["cell_type"] == "markdown" and "".join(c["source"]).startswith("## Exercises"))
+    section = cells[start:]
+    assert not any(re.search(r"^\s*def |^\s*assert |#\| hide", "".join(c["source"]), re.M) for c in section), f"{name}: a check body in the lesson"
+    assert f"from ctl_explore.exercises import check_{name[:2]}_" in text
+    shown = "".join("".join(c["source"]) for c in section)
+    assert not [a for a in ANSWERS if a in shown], f"{name} shows {[a for a in ANSWERS if a in shown]}"
+    for e in ex.exercises_of(name):
+        assert f"check_{e.key.replace('.', '_')}(" in shown, f"{name}: no answer cell for exercise {e.key}"
+        for var in e.answers:
+            assert f"{var} = None" in shown, f"{name}: no variable {var} = None"
+
+
+def test_the_solutions_run_the_checks_and_print_nothing():
+    for name in FURTHER:
+        src = "".join("".join(c["source"]) for c in json.loads((NBS / "solutions" / f"{name}.ipynb").read_text())["cells"])
+        assert "quietly()" in src and "print(" not in src, f"{name}: the solutions print answers"
+        for e in ex.exercises_of(name):
+            assert f"check_{e.key.replace('.', '_')}(" in src, f"{name}: exercise {e.key} has no solution"

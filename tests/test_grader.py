@@ -74,7 +74,7 @@ def test_the_answer_key_is_built_on_demand_and_the_site_has_none(tmp_path):
     from ctl_explore.grading import answer_key
     page = answer_key(tmp_path / "key", numbers=False).read_text()
     assert "MathJax" in page and "my_contrastive_loss" in page and "\\(" in page
-    assert "Lesson 11" in page                                               # the further lessons' in-lesson solutions too
+    assert "Lesson 11" in page and "Lesson 15" in page                      # the further lessons' solutions too, from nbs/solutions
     assert "answer-key" not in inspect.getsource(site) and "answer_key" not in inspect.getsource(site)
 
 
