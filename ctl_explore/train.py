@@ -79,7 +79,7 @@ class PretrainConfig:
     dataset: str = "digits"            # the dataset (default: digits, which ships with scikit-learn)
     data_root: str | None = None       # folder with the dataset's files (default: $CTL_EXPLORE_DATA or ~/.cache/ctl_explore/data)
     download: bool = False             # download cifar10 / cifar100 / svhn if missing
-    image_size: int | None = None      # side of the images in pixels (default: 16 digits, 32 CIFAR/SVHN, 64 ImageNet100)
+    image_size: int | None = None      # side of the images in pixels (default: the dataset's own size, declared with it in lesson 04)
     full_images: bool = False          # imagenet100: random resized 224-px crops of the full-resolution files, as [WL21] (default: a pre-decoded square tensor)
     backbone: str = "convnet"          # encoder backbone
     stem: str | None = None            # the ResNets' stem (default: cifar for resnet18, imagenet for resnet50, as [WL21])
@@ -88,9 +88,9 @@ class PretrainConfig:
     head: str = "linear"               # projection head: [WL21]'s linear one, or [CLL20]'s 2-layer mlp
     out_dim: int = 128                 # embedding dimension
     loss: str = "contrastive"          # loss: a similarity loss of lesson 00, or a feature loss of [CLL20] (lesson 11), which needs negatives batch
-    tau: float = 0.2                   # temperature τ (contrastive, hard_contrastive, triplet_limit, simple_limit, nt_xent, dcl, decoupled_nt_xent, align_logsumexp)
+    tau: float = 0.2                   # temperature τ of the losses that take one (their declarations say which)
     alpha: float = 0.0819              # fraction of negatives kept by the hard losses ([WL21]: 0.0819 CIFAR, 0.0315 SVHN, 0.034 ImageNet100)
-    lam: float | None = None           # weight λ of the negatives in simple and hard_simple (default: [WL21] Eq 7's λ = 1/K, K the negatives the loss sees: the bank's n_train − 1 other rows or the batch's 2B − 2 other views; for hard_simple the ⌈αK⌉ it keeps), or of the distribution loss in decoupled_nt_xent, align_logsumexp and align_swd (default: 1)
+    lam: float | None = None           # weight λ of the negatives in the losses that take one (default: [WL21] Eq 7's λ = 1/K, K the negatives the loss sees: the bank's n_train − 1 other rows or the batch's 2B − 2 other views; for hard_simple the ⌈αK⌉ it keeps), or of the distribution loss in decoupled_nt_xent, align_logsumexp and align_swd (default: 1)
     negatives: str = "bank"            # where negatives come from: the memory bank of the whole dataset, or the other views of the batch
     bank_momentum: float = 0.5         # memory-bank moving-average momentum
     bank_precision: str = "fp32"       # memory-bank storage. bf16 is a CPU option: half the memory, faster bank similarities on some CPUs (time it: benchmarks/bench_memory_bank.py), the bank's rows rounded to ~3 digits; on CUDA it halves the memory only (the similarities are computed in float32 there) (default: fp32)
