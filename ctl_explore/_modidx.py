@@ -626,7 +626,6 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                          'ctl_explore.generalized.swd_loss': ( 'generalized_losses.html#swd_loss',
                                                                                'ctl_explore/generalized.py')},
             'ctl_explore.gpu': { 'ctl_explore.gpu._cpu_name': ('gpu_study.html#_cpu_name', 'ctl_explore/gpu.py'),
-                                 'ctl_explore.gpu._nvidia_driver': ('gpu_study.html#_nvidia_driver', 'ctl_explore/gpu.py'),
                                  'ctl_explore.gpu.device_summary': ('gpu_study.html#device_summary', 'ctl_explore/gpu.py'),
                                  'ctl_explore.gpu.run_history': ('gpu_study.html#run_history', 'ctl_explore/gpu.py'),
                                  'ctl_explore.gpu.steady_throughput': ('gpu_study.html#steady_throughput', 'ctl_explore/gpu.py'),

@@ -6,8 +6,6 @@
 from __future__ import annotations
 
 import platform
-import shutil
-import subprocess
 from pathlib import Path
 
 import plotly.graph_objects as go
@@ -70,13 +68,7 @@ def study_folder_figures(path: str | Path) -> dict[str, go.Figure]:
     return study_figures(load_results(results))
 
 # %% ../nbs/15_gpu_study.ipynb #94630bef
-def _nvidia_driver() -> str | None:
-    "The NVIDIA driver's version from nvidia-smi, if the tool is there."
-    exe = shutil.which("nvidia-smi")
-    if exe is None: return None
-    try: out = subprocess.run([exe, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.SubprocessError): return None
-    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+from .distributed import _nvidia_smi_driver as _nvidia_driver  # the driver's version, as appendix 19 reads it
 
 def _cpu_name() -> str:
     try:
