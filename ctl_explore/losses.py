@@ -73,11 +73,11 @@ class LossSpec:
     params: tuple              # the hyper-parameters it takes, from tau, alpha, lam
     level: str = "similarity"  # "similarity" (takes pos and neg) or "feature" (takes the two views' embeddings, lesson 11)
     label: str = ""            # its name in figures and menus
-    short: str = ""            # its word in sentences, e.g. "ordinary loss" (the study's findings); default: its label
     color: str = "#7f7f7f"     # its colour in figures
     paper: str = ""            # where it is defined, e.g. "[WL21] Eq 1"
     default_lam: Callable | None = None  # λ when none is given, from (n_negatives, alpha); None: no default
     limit_of: str | None = None          # the loss it is a τ limit of (a playground of that loss already reaches it)
+    short: str = ""                      # its word in sentences, e.g. "ordinary loss" (the study's findings); default: its label
 
 LOSS_LEVELS = ("similarity", "feature")
 LOSSES: dict[str, LossSpec] = {}  # every registered loss, by name, in the order registered

@@ -98,6 +98,8 @@ def test_toy_is_named_in_a_finding_by_its_declared_word(toy):
     assert "toy softplus" not in hard.statement(**{**hard.params, "hard": "toy"})
     with pytest.raises(ValueError, match="loss 'toy' is already registered"):  # the short word is part of what a declaration says
         register_loss(dataclasses.replace(TOY, short="another word"))
+    import ctl_explore.generalized  # noqa: F401  lesson 11 declares its losses by position: the short word, declared last, moves none
+    assert all(s.color.startswith("#") and s.short == "" for n, s in LOSSES.items() if s.level == "feature")
 
 
 @pytest.mark.parametrize("change, message", [
