@@ -77,6 +77,7 @@ class LossSpec:
     paper: str = ""            # where it is defined, e.g. "[WL21] Eq 1"
     default_lam: Callable | None = None  # λ when none is given, from (n_negatives, alpha); None: no default
     limit_of: str | None = None          # the loss it is a τ limit of (a playground of that loss already reaches it)
+    short: str = ""                      # its word in sentences, e.g. "ordinary loss" (the study's findings); default: its label
 
 LOSS_LEVELS = ("similarity", "feature")
 LOSSES: dict[str, LossSpec] = {}  # every registered loss, by name, in the order registered
@@ -100,7 +101,8 @@ def register_loss(spec: LossSpec) -> LossSpec:
 
 def _declared(spec: LossSpec) -> tuple:
     "What a declaration says, with its function by name: the same for the same cell run twice."
-    return (spec.params, spec.level, spec.label, spec.color, spec.paper, spec.limit_of, getattr(spec.fn, "__qualname__", spec.fn))
+    return (spec.params, spec.level, spec.label, spec.short, spec.color, spec.paper, spec.limit_of,
+            getattr(spec.fn, "__qualname__", spec.fn))
 
 def loss_spec(name: str) -> LossSpec:
     "The registered loss called `name`, or a `ValueError` naming the known ones."
@@ -114,8 +116,8 @@ def loss_names(level: str | None = None) -> tuple[str, ...]:
 
 
 # %% ../nbs/00_losses.ipynb #reg0contr
-register_loss(LossSpec("contrastive", contrastive_loss, ("tau",), label="contrastive (Eq 1)", color="#1f77b4",
-                       paper="[WL21] Eq 1"))
+register_loss(LossSpec("contrastive", contrastive_loss, ("tau",), label="contrastive (Eq 1)", short="ordinary loss",
+                       color="#1f77b4", paper="[WL21] Eq 1"))
 
 # %% ../nbs/00_losses.ipynb #28045855
 def simple_loss(
@@ -129,8 +131,8 @@ def simple_loss(
     check_similarities(pos, neg)
     return reduce_loss(lam * neg.sum(dim=1) - pos, reduction)
 
-register_loss(LossSpec("simple", simple_loss, ("lam",), label="simple (Eq 3)", color="#2ca02c", paper="[WL21] Eq 3",
-                       default_lam=lambda n_negatives, alpha: 1 / n_negatives))
+register_loss(LossSpec("simple", simple_loss, ("lam",), label="simple (Eq 3)", short="Simple", color="#2ca02c",
+                       paper="[WL21] Eq 3", default_lam=lambda n_negatives, alpha: 1 / n_negatives))
 
 
 # %% ../nbs/00_losses.ipynb #c4ddc0b1
@@ -204,7 +206,7 @@ def hard_contrastive_loss(
     return reduce_loss(-F.log_softmax(logits, dim=1)[:, 0], reduction)
 
 register_loss(LossSpec("hard_contrastive", hard_contrastive_loss, ("tau", "alpha"), label="hard contrastive (Eq 9)",
-                       color="#d62728", paper="[WL21] Eq 9"))
+                       short="hard loss", color="#d62728", paper="[WL21] Eq 9"))
 
 
 # %% ../nbs/00_losses.ipynb #3f0a16ac
@@ -221,8 +223,8 @@ def hard_simple_loss(
     kept = neg.masked_fill(~informative_mask(neg, alpha), 0.0)
     return reduce_loss(lam * kept.sum(dim=1) - pos, reduction)
 
-register_loss(LossSpec("hard_simple", hard_simple_loss, ("alpha", "lam"), label="hard simple", color="#9467bd",
-                       paper="[WL21] Table 1 (HardSimple)",
+register_loss(LossSpec("hard_simple", hard_simple_loss, ("alpha", "lam"), label="hard simple", short="HardSimple",
+                       color="#9467bd", paper="[WL21] Table 1 (HardSimple)",
                        default_lam=lambda n_negatives, alpha: 1 / n_informative(n_negatives, alpha)))  # 1/K over the kept ⌈αK⌉
 
 

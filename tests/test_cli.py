@@ -16,8 +16,8 @@ import ctl_explore.study.runner as runner
 from ctl_explore.cli import main
 from ctl_explore.study.plan import StudyPreset
 
-TINY = StudyPreset("tiny", width=4, epochs=2, taus=(0.2, 0.5), seeds=(0,), simple_losses=False, linear_epochs=2)
-WILD = dataclasses.replace(TINY, name="wild", lr=1e6)
+TINY = StudyPreset.make("tiny", width=4, epochs=2, taus=(0.2, 0.5), seeds=(0,), simple_losses=False, linear_epochs=2)
+WILD = dataclasses.replace(TINY.with_base(lr=1e6), name="wild")
 
 
 @pytest.fixture(autouse=True)

@@ -86,6 +86,22 @@ def test_registration_refuses_another_loss_under_a_taken_name(toy):
     assert loss_spec("contrastive").label == "contrastive (Eq 1)"
 
 
+def test_toy_is_named_in_a_finding_by_its_declared_word(toy):
+    "The findings' texts read a loss's word from its declaration when written: its `short` word, else its label."
+    from ctl_explore.study.findings import FINDINGS
+    trend, hard = FINDINGS[1], FINDINGS[3]
+    assert trend.statement(**{**trend.params, "loss": "toy"}).startswith("toy softplus triplet, uniformity falling")
+    text = hard.statement(**{**hard.params, "hard": "toy"})
+    assert "the toy softplus triplet's range of uniformity" in text and "below the ordinary loss's" in text
+    LOSSES["toy"] = dataclasses.replace(TOY, short="toy triplet")  # declared again with a short word: read now, not at import
+    assert "the toy triplet's accuracy lies above the ordinary loss's" in hard.statement(**{**hard.params, "hard": "toy"})
+    assert "toy softplus" not in hard.statement(**{**hard.params, "hard": "toy"})
+    with pytest.raises(ValueError, match="loss 'toy' is already registered"):  # the short word is part of what a declaration says
+        register_loss(dataclasses.replace(TOY, short="another word"))
+    import ctl_explore.generalized  # noqa: F401  lesson 11 declares its losses by position: the short word, declared last, moves none
+    assert all(s.color.startswith("#") and s.short == "" for n, s in LOSSES.items() if s.level == "feature")
+
+
 @pytest.mark.parametrize("change, message", [
     (dict(level="pixel"), r"loss 'toy': level must be one of \('similarity', 'feature'\), got 'pixel'"),
     (dict(name="two words"), "a loss's name must be a Python identifier"),

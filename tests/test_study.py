@@ -88,7 +88,7 @@ def test_another_configuration_in_the_folder_is_refused(smoke, tmp_path):
     out, rows, _ = smoke
     copy = tmp_path / "S"
     shutil.copytree(out, copy)
-    wider = dataclasses.replace(PRESETS["smoke"], width=8)
+    wider = PRESETS["smoke"].with_base(width=8)
     with pytest.raises(StudyError, match=r"contrastive-tau0.1-seed0 holds a run of another configuration.*'width': \(4, 8\)"):
         run_study(wider, copy, quiet=True, workers=1)
     # the same when only the checkpoint is there (killed before its row was written)
@@ -136,7 +136,7 @@ def test_older_result_format_is_measured_again(smoke, tmp_path):
     assert again[0]["linear_top1"] == rows[0]["linear_top1"]
 
 
-TINY = StudyPreset("tiny", width=4, epochs=2, taus=(0.2, 0.5), seeds=(0,), simple_losses=False, linear_epochs=2)
+TINY = StudyPreset.make("tiny", width=4, epochs=2, taus=(0.2, 0.5), seeds=(0,), simple_losses=False, linear_epochs=2)
 
 
 def _strip(rows):
@@ -155,7 +155,7 @@ def test_workers_give_the_serial_results(tmp_path):
 @pytest.mark.slow
 def test_two_studies_share_one_folder(tmp_path):
     code = ("import sys, json; from ctl_explore.study.runner import run_study; from ctl_explore.study.plan import StudyPreset; "
-            "p = StudyPreset('tiny', width=4, epochs=2, taus=(0.2, 0.5), seeds=(0,), simple_losses=False, linear_epochs=2); "
+            "p = StudyPreset.make('tiny', width=4, epochs=2, taus=(0.2, 0.5), seeds=(0,), simple_losses=False, linear_epochs=2); "
             "rows = run_study(p, sys.argv[1], quiet=True, workers=1, poll_s=0.2); print(json.dumps([r['run'] for r in rows]))")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "S")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -172,8 +172,8 @@ def test_two_studies_share_one_folder(tmp_path):
 def test_presets():
     assert {"smoke", "digits", "cifar10-paper", "cifar100-paper", "svhn-paper", "imagenet100-paper"} <= set(PRESETS)
     digits = PRESETS["digits"]
-    assert len(digits.taus) >= 5 and len(digits.seeds) >= 3 and digits.warmup_epochs >= 1
-    assert PRESETS["svhn-paper"].alpha == 0.0315 and PRESETS["imagenet100-paper"].backbone == "resnet50"
+    assert len(digits.taus) >= 5 and len(digits.seeds) >= 3 and digits.base.warmup_epochs >= 1
+    assert PRESETS["svhn-paper"].base.alpha == 0.0315 and PRESETS["imagenet100-paper"].base.backbone == "resnet50"
     for name, n in (("cifar10-paper", 50_000), ("svhn-paper", 73_257)):
         hard_simple = study_configs(PRESETS[name], n)[-1]
         assert hard_simple.loss == "hard_simple" and n_informative(n - 1, hard_simple.alpha) == 4095
@@ -396,7 +396,7 @@ def test_report_renders_in_chromium_without_errors(smoke):
 
 # --- runs that have not settled are stretched (train until converged, capped) --------------------------------------------
 
-STRETCHY = StudyPreset("stretchy", width=4, image_size=8, epochs=10, warmup_epochs=1, eval_every=1, taus=(0.5,), seeds=(0,),
+STRETCHY = StudyPreset.make("stretchy", width=4, image_size=8, epochs=10, warmup_epochs=1, eval_every=1, taus=(0.5,), seeds=(0,),
                        simple_losses=False, linear_epochs=2, extend_epochs=5, max_epochs=20)
 
 
@@ -476,19 +476,19 @@ def test_stretch_rules():
     assert not is_stretch(longer(250), base, (0, None))           # the preset does not stretch
     assert not is_stretch(base, base, (50, 400))
     with pytest.raises(ValueError, match="max_epochs must be an integer >= epochs"):
-        StudyPreset("bad", epochs=200, extend_epochs=50, max_epochs=220)
+        StudyPreset.make("bad", epochs=200, extend_epochs=50, max_epochs=220)
     with pytest.raises(ValueError, match="extend_epochs must be an integer >= 0"):
-        StudyPreset("bad", extend_epochs=-5)
+        StudyPreset.make("bad", extend_epochs=-5)
     assert PRESETS["digits"].stretch == (50, 400) and PRESETS["cifar10-paper"].stretch == (0, None)
 
 
 # --- a study past one machine: list, run one by index, gather ------------------------------------------------------------
 
-CLUSTER = StudyPreset("cluster", width=4, image_size=8, epochs=6, warmup_epochs=1, eval_every=1, taus=(0.1, 0.2, 0.5), seeds=(0, 1),
+CLUSTER = StudyPreset.make("cluster", width=4, image_size=8, epochs=6, warmup_epochs=1, eval_every=1, taus=(0.1, 0.2, 0.5), seeds=(0, 1),
                       simple_losses=False, linear_epochs=2)
 _CLUSTER_CODE = (
     "import sys, time; from ctl_explore.study.plan import StudyPreset; from ctl_explore.study.runner import run_one, study_plan\n"
-    "p = StudyPreset('cluster', width=4, image_size=8, epochs=6, warmup_epochs=1, eval_every=1, taus=(0.1, 0.2, 0.5), seeds=(0, 1), "
+    "p = StudyPreset.make('cluster', width=4, image_size=8, epochs=6, warmup_epochs=1, eval_every=1, taus=(0.1, 0.2, 0.5), seeds=(0, 1), "
     "simple_losses=False, linear_epochs=2)\n"
     "n = len(study_plan(p, 1438)); start = int(sys.argv[2]); todo = [(start + k) % n for k in range(n)]\n"
     "while todo:\n"

@@ -26,10 +26,11 @@ from ctl_explore.study.plan import PRESETS, StudyPreset, get_preset, run_name, s
 from ctl_explore.study.rows import STUDY_MARKER, StudyError, claim_study_folder, failed_row, load_results, row_checksum, saved_row, write_results
 from ctl_explore.study.report import write_report
 from ctl_explore.study.runner import StudyInterrupted, check_shipped, gather, run_study
+from ctl_explore.train import PretrainConfig
 
 ROOT = Path(__file__).parents[1]
-TINY = StudyPreset("tiny", width=4, epochs=2, taus=(0.2, 0.5), seeds=(0,), simple_losses=False, linear_epochs=2)
-WILD = dataclasses.replace(TINY, name="wild", lr=1e6)  # diverges in its first epoch, on the CPU too
+TINY = StudyPreset.make("tiny", width=4, epochs=2, taus=(0.2, 0.5), seeds=(0,), simple_losses=False, linear_epochs=2)
+WILD = dataclasses.replace(TINY.with_base(lr=1e6), name="wild")  # diverges in its first epoch, on the CPU too
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
@@ -390,7 +391,7 @@ def test_a_cuda_study_hands_its_workers_the_listed_gpus(tmp_path, monkeypatch):
         def submit(self, *a, **k): raise RuntimeError("no real workers in this test")
         def shutdown(self, **k): pass
     monkeypatch.setattr(runner, "ProcessPoolExecutor", FakePool)
-    cuda = dataclasses.replace(TINY, device="cuda")
+    cuda = TINY.with_base(device="cuda")
     with pytest.raises(RuntimeError, match="no real workers"):
         run_study(cuda, tmp_path / "s", quiet=True, workers=4)
     assert seen == ["4", "5", "6", "7"]  # four runs, four workers, each on one of the listed GPUs
@@ -424,7 +425,7 @@ def test_killing_the_parent_leaves_no_worker(tmp_path):
     code = textwrap.dedent(f"""
         from ctl_explore.study.plan import StudyPreset
         from ctl_explore.study.runner import run_study
-        p = StudyPreset("long", width=4, epochs=400, taus=(0.2, 0.5), seeds=(0,), simple_losses=False, linear_epochs=2)
+        p = StudyPreset.make("long", width=4, epochs=400, taus=(0.2, 0.5), seeds=(0,), simple_losses=False, linear_epochs=2)
         run_study(p, {str(tmp_path / 'S')!r}, quiet=True, workers=2)
     """)
     parent = subprocess.Popen([sys.executable, "-c", code], env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -451,7 +452,7 @@ def test_ctrl_c_stops_a_worker_study_and_counts_what_is_saved(tmp_path):
     code = textwrap.dedent(f"""
         from ctl_explore.study.plan import StudyPreset
         from ctl_explore.study.runner import StudyInterrupted, run_study
-        p = StudyPreset("long", width=4, epochs=400, taus=(0.2, 0.5), seeds=(0,), simple_losses=False, linear_epochs=2)
+        p = StudyPreset.make("long", width=4, epochs=400, taus=(0.2, 0.5), seeds=(0,), simple_losses=False, linear_epochs=2)
         try: run_study(p, {str(tmp_path / 'S')!r}, quiet=True, workers=2)
         except StudyInterrupted as e: print(e)
     """)
@@ -473,7 +474,7 @@ def test_a_study_from_standard_input_runs_its_workers(tmp_path):
     script = textwrap.dedent(f"""
         from ctl_explore.study.plan import StudyPreset
         from ctl_explore.study.runner import run_study
-        p = StudyPreset("tiny", width=4, epochs=1, taus=(0.2, 0.5), seeds=(0,), simple_losses=False, linear_epochs=1)
+        p = StudyPreset.make("tiny", width=4, epochs=1, taus=(0.2, 0.5), seeds=(0,), simple_losses=False, linear_epochs=1)
         rows = run_study(p, {str(tmp_path / 'S')!r}, quiet=True, workers=2)
         print(len(rows), sum("failed" in r for r in rows))
     """)
@@ -816,20 +817,28 @@ def test_every_preset_plans_exactly_the_runs_it_planned_before(name):
     assert [json.loads(json.dumps(c.to_dict())) for c in configs] == want  # every field, every float to the last bit
 
 
-def test_a_preset_changes_by_replace_on_its_axes_and_on_its_base():
+def test_a_preset_changes_by_replace_on_its_axes_and_by_with_base_on_its_base():
     smoke = get_preset("smoke")
     assert [run_name(c) for c in study_configs(dataclasses.replace(smoke, taus=(0.3,)), 1438)][:3] == [
         "contrastive-tau0.3-seed0", "contrastive-tau0.3-seed1", "hard_contrastive-tau0.3-seed0"]
     assert [run_name(c) for c in study_configs(dataclasses.replace(smoke, losses=("simple", "contrastive")), 1438)] == [
         "simple-seed0", "simple-seed1", "contrastive-tau0.1-seed0", "contrastive-tau0.1-seed1", "contrastive-tau0.5-seed0",
         "contrastive-tau0.5-seed1"]
-    cifar = dataclasses.replace(smoke, dataset="cifar10", width=8)
-    assert (cifar.dataset, cifar.base.dataset, cifar.width) == ("cifar10", "cifar10", 8) and cifar.taus == smoke.taus
+    cifar = smoke.with_base(dataset="cifar10", width=8)
+    assert (cifar.base.dataset, cifar.base.width) == ("cifar10", 8) and cifar.taus == smoke.taus
     assert {(c.dataset, c.width) for c in study_configs(cifar, 50_000)} == {("cifar10", 8)}
-    assert smoke.with_base(dataset="cifar10", width=8) == cifar and PRESETS["smoke"] is smoke and smoke.dataset == "digits"
+    assert PRESETS["smoke"] is smoke and smoke.base.dataset == "digits"
     assert dataclasses.replace(smoke, taus=[1, 0.5]).taus == (1.0, 0.5)  # a list (the command line's) becomes the tuple a preset holds
-    old_form = dataclasses.replace(get_preset("digits"), simple_losses=False)  # the keyword of presets before `losses`
+    with pytest.raises(TypeError, match="width"): dataclasses.replace(smoke, width=8)  # a base field goes through with_base
+    with pytest.raises(ValueError, match="with_base changes fields of PretrainConfig only, got taus"): smoke.with_base(taus=(0.3,))
+    digits = get_preset("digits")
+    old_form = StudyPreset.make("digits", digits.base, simple_losses=False, **{k: getattr(digits, k) for k in (
+        "taus", "seeds", "extend_epochs", "max_epochs", "note")})  # the keyword of presets before `losses`
     assert old_form.losses == ("contrastive", "hard_contrastive") and not old_form.simple_losses and len(study_configs(old_form, 1438)) == 36
+    assert dataclasses.replace(old_form, losses=digits.losses) == digits
+    # make sends each keyword where it belongs: the same preset as built by hand
+    made = StudyPreset.make("mine", dataset="cifar10", epochs=50, taus=(0.1, 0.5), linear_epochs=7)
+    assert made == StudyPreset("mine", PretrainConfig(dataset="cifar10", epochs=50, precision="fp32"), taus=(0.1, 0.5), linear_epochs=7)
 
 
 @pytest.mark.parametrize("change, error, says", [
@@ -847,19 +856,28 @@ def test_a_preset_changes_by_replace_on_its_axes_and_on_its_base():
     (dict(base={"epochs": 3}), ValueError, "base must be a PretrainConfig, got a dict"),
 ])
 def test_a_bad_preset_names_its_argument(change, error, says):
+    "Refused through make, and through dataclasses.replace where the argument is the preset's own."
+    smoke = get_preset("smoke")
     with pytest.raises(error, match=says):
-        dataclasses.replace(get_preset("smoke"), **change)
+        StudyPreset.make("smoke", **{**{k: getattr(smoke, k) for k in ("base", "taus", "seeds", "linear_epochs")}, **change})
+    if set(change) <= {f.name for f in dataclasses.fields(StudyPreset)}:
+        with pytest.raises(error, match=says):
+            dataclasses.replace(smoke, **change)
 
 
-def test_a_preset_reads_its_base_prints_as_its_call_and_travels():
+def test_a_preset_holds_its_base_prints_as_its_call_and_travels():
     import pickle
     digits = get_preset("digits")
-    assert (digits.epochs, digits.width, digits.device) == (digits.base.epochs, digits.base.width, digits.base.device) == (200, 8, "auto")
-    with pytest.raises(AttributeError, match="tau"): digits.tau  # swept: a preset has taus, not a tau
+    assert (digits.base.epochs, digits.base.width, digits.base.device) == (200, 8, "auto")
+    for field in ("tau", "epochs"):  # swept (a preset has taus), or the base's: a preset is its fields and nothing else
+        with pytest.raises(AttributeError, match=field): getattr(digits, field)
     for p in PRESETS.values():
-        assert eval(repr(p), {"StudyPreset": StudyPreset}) == p and pickle.loads(pickle.dumps(p)) == p and hash(p) == hash(dataclasses.replace(p))
-    assert repr(get_preset("smoke")).startswith("StudyPreset('smoke', width=4, epochs=3, warmup_epochs=1, taus=(0.1, 0.5), seeds=(0, 1)")
-    assert StudyPreset("plain").base == __import__("ctl_explore.train", fromlist=["PretrainConfig"]).PretrainConfig(epochs=30, precision="fp32")
+        assert eval(repr(p), {"StudyPreset": StudyPreset, "PretrainConfig": PretrainConfig}) == p
+        assert pickle.loads(pickle.dumps(p)) == p and hash(p) == hash(dataclasses.replace(p)) and {p: 1}[dataclasses.replace(p)] == 1
+    assert repr(get_preset("smoke")).startswith("StudyPreset(name='smoke', base=PretrainConfig(dataset='digits',")
+    assert "taus=(0.1, 0.5), seeds=(0, 1)" in repr(get_preset("smoke"))
+    assert StudyPreset("plain").base == StudyPreset.make("plain").base == PretrainConfig(epochs=30, precision="fp32")
+    assert get_preset("smoke") != get_preset("smoke").with_base(width=8)  # equal presets have equal bases
 
 
 def test_losses_without_a_temperature_come_from_the_loss_registry():

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
+from ..losses import LOSSES
 from .judge import (MARGINS, Checked, Part, check_rows, combine, finding_power, judge_hard, judge_peak, judge_simple,
                                      judge_trends, level_of)
 from .stats import BEST_TAUS, SIGNIFICANCE, VERDICTS, curve, summarize
@@ -78,9 +79,10 @@ FINDINGS: dict[int, FindingRule] = {}  # [WL21]'s findings, filled below
 CLAIMS = _RegistryView(FINDINGS, lambda f: f.claim)  # {number: the paper's claim}
 RULES = _RegistryView(FINDINGS, lambda f: f.rule)    # {number: the rule's statement} (rule_text adds its tests and their level)
 
-_LOSS_WORDS = dict(contrastive="ordinary loss", hard_contrastive="hard loss", simple="Simple", hard_simple="HardSimple")
-
-def _words(loss: str) -> str: return _LOSS_WORDS.get(loss, loss)
+def _words(loss: str) -> str:
+    "A loss's word in a sentence, from its declaration read now (`LossSpec.short`, else its label); an unregistered name as given."
+    spec = LOSSES.get(loss)
+    return (spec.short or spec.label or loss) if spec is not None else loss
 
 def _m(name: str) -> str: return f"{MARGINS[name].value:.4g}"
 

@@ -6,9 +6,8 @@
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..losses import loss_spec, n_informative
 from ..train import PretrainConfig, default_lam, negatives_seen
@@ -40,89 +39,80 @@ def _tuple_of(name: str, values, check, what: str) -> tuple:
     if len(set(values)) != len(values): raise ValueError(f"{name} must not repeat a value, got {values!r}")
     return values
 
-@dataclass(frozen=True, init=False, repr=False)
+@dataclass(frozen=True)
 class StudyPreset:
     "A temperature sweep: a base pretraining configuration, the losses × τ × seeds it sweeps, and the study's own settings."
     name: str
-    base: PretrainConfig               # every run's configuration, but for the swept loss, τ and seed
-    losses: tuple[str, ...]            # loss names (lesson 00's registry); a loss without τ gets one run per seed
-    taus: tuple[float, ...]            # the temperatures of the losses that take one
-    seeds: tuple[int, ...]             # the seeds: every run of the sweep once per seed
-    hard_simple_k: int | None          # HardSimple's nearest negatives (WL21: 4095); None: as many as the hard loss keeps
-    linear_epochs: int                 # the linear probe's epochs
-    probe_normalize: bool              # the probe sees L2-normalised features (False: raw, as [WL21]'s code)
-    probe_augment: bool                # the probe trains on freshly augmented images each epoch ([WL21]'s code) instead of cached features
-    extend_epochs: int                 # a run whose window has not settled at the first lr drop has its schedule stretched by this many epochs
-    max_epochs: int | None             # ... again and again, up to this length (None: never stretched)
-    note: str
+    base: PretrainConfig = field(default_factory=_study_base, hash=False)  # every run's configuration, but for the swept loss, τ and seed
+    losses: tuple[str, ...] = STUDY_LOSSES  # loss names (lesson 00's registry); a loss without τ gets one run per seed
+    taus: tuple[float, ...] = TAU_GRID      # the temperatures of the losses that take one
+    seeds: tuple[int, ...] = (0, 1, 2)      # the seeds: every run of the sweep once per seed
+    hard_simple_k: int | None = None        # HardSimple's nearest negatives (WL21: 4095); None: as many as the hard loss keeps
+    linear_epochs: int = 100                # the linear probe's epochs
+    probe_normalize: bool = True            # the probe sees L2-normalised features (False: raw, as [WL21]'s code)
+    probe_augment: bool = False             # the probe trains on freshly augmented images each epoch ([WL21]'s code) instead of cached features
+    extend_epochs: int = 0                  # a run whose window has not settled at the first lr drop has its schedule stretched by this many epochs
+    max_epochs: int | None = None           # ... again and again, up to this length (None: never stretched)
+    note: str = ""
 
-    def __init__(self, name: str, base: PretrainConfig | None = None, losses: tuple[str, ...] = STUDY_LOSSES,
-                 taus: tuple[float, ...] = TAU_GRID, seeds: tuple[int, ...] = (0, 1, 2), hard_simple_k: int | None = None,
-                 linear_epochs: int = 100, probe_normalize: bool = True, probe_augment: bool = False, extend_epochs: int = 0,
-                 max_epochs: int | None = None, note: str = "", *,
-                 simple_losses: bool | None = None,  # False: drop the losses that take no τ (the form of presets before `losses`)
-                 **config):                          # fields of PretrainConfig, applied to `base`
-        if not isinstance(name, str) or not name: raise ValueError(f"name must be a non-empty str, got {name!r}")
-        if base is None: base = _study_base()
-        if not isinstance(base, PretrainConfig): raise ValueError(f"base must be a PretrainConfig, got a {type(base).__name__}")
-        unknown = sorted(k for k in config if k not in _CONFIG_FIELDS)
+    def __post_init__(self):
+        "Each field checked, naming the one that is wrong; sequences (a list from the command line) become the tuples a preset holds."
+        if not isinstance(self.name, str) or not self.name: raise ValueError(f"name must be a non-empty str, got {self.name!r}")
+        if not isinstance(self.base, PretrainConfig): raise ValueError(f"base must be a PretrainConfig, got a {type(self.base).__name__}")
+        losses = _tuple_of("losses", self.losses, lambda v: isinstance(v, str), "loss names")
+        for loss in losses: loss_spec(loss)  # an unknown name fails here, naming the registered ones
+        number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < math.inf
+        taus = tuple(float(t) if isinstance(t, int) and not isinstance(t, bool) else t
+                     for t in _tuple_of("taus", self.taus, number, "positive, finite temperatures"))
+        seeds = _tuple_of("seeds", self.seeds, lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "integer seeds >= 0")
+        k = self.hard_simple_k
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+            raise ValueError(f"hard_simple_k must be an integer >= 1 or None, got {k!r}")
+        if isinstance(self.linear_epochs, bool) or not isinstance(self.linear_epochs, int) or self.linear_epochs < 1:
+            raise ValueError(f"linear_epochs must be an integer >= 1, got {self.linear_epochs!r}")
+        for flag in ("probe_normalize", "probe_augment"):
+            if not isinstance(getattr(self, flag), bool): raise ValueError(f"{flag} must be True or False, got {getattr(self, flag)!r}")
+        if not isinstance(self.note, str): raise ValueError(f"note must be a str, got {self.note!r}")
+        extend, most = self.extend_epochs, self.max_epochs
+        if isinstance(extend, bool) or not isinstance(extend, int) or extend < 0:
+            raise ValueError(f"extend_epochs must be an integer >= 0, got {extend!r}")
+        if extend and not (isinstance(most, int) and most >= self.base.epochs + extend):
+            raise ValueError(f"max_epochs must be an integer >= epochs + extend_epochs ({self.base.epochs + extend}) when "
+                             f"extend_epochs is set, got {most!r}")
+        for k, v in dict(losses=losses, taus=taus, seeds=seeds).items(): object.__setattr__(self, k, v)  # the checked tuples
+
+    @classmethod
+    def make(cls, name: str, base: PretrainConfig | None = None, *,
+             simple_losses: bool | None = None,  # False: drop the losses that take no τ (the form of presets before `losses`)
+             **fields) -> StudyPreset:           # the preset's own fields, and fields of PretrainConfig applied to `base`
+        "A preset from its name and keywords, each sent where it belongs: a preset's own field to the preset, a `PretrainConfig` field to (a copy of) `base` (default: the study's, 30 epochs in float32)."
+        own = {f.name for f in dataclasses.fields(cls)} - {"name", "base"}
+        unknown = sorted(k for k in fields if k not in own and k not in _CONFIG_FIELDS)
         if unknown: raise TypeError(f"StudyPreset got unknown argument(s) {', '.join(unknown)}: neither a preset's field "
-                                    f"({', '.join(f.name for f in dataclasses.fields(StudyPreset))}) nor a PretrainConfig's")
-        swept = [k for k in SWEPT if k in config]
+                                    f"({', '.join(f.name for f in dataclasses.fields(cls))}) nor a PretrainConfig's")
+        swept = [k for k in SWEPT if k in fields]
         if swept: raise ValueError(f"{swept[0]} is swept by the preset: give it through {swept[0]}{'es' if swept[0] == 'loss' else 's'}=(...), "
                                    f"not as a field of its base configuration")
-        losses = _tuple_of("losses", losses, lambda v: isinstance(v, str), "loss names")
-        for loss in losses: loss_spec(loss)  # an unknown name fails here, naming the registered ones
+        base = _study_base() if base is None else base
+        if not isinstance(base, PretrainConfig): raise ValueError(f"base must be a PretrainConfig, got a {type(base).__name__}")
+        base = dataclasses.replace(base, **{k: v for k, v in fields.items() if k not in own})  # a copy, checked by PretrainConfig
+        mine = {k: v for k, v in fields.items() if k in own}
         if simple_losses is not None:
             if not isinstance(simple_losses, bool): raise ValueError(f"simple_losses must be True or False, got {simple_losses!r}")
+            losses = _tuple_of("losses", mine.get("losses", STUDY_LOSSES), lambda v: isinstance(v, str), "loss names")
             if not simple_losses: losses = tuple(l for l in losses if takes_tau(l))
             elif not any(not takes_tau(l) for l in losses): losses += tuple(l for l in STUDY_LOSSES if not takes_tau(l))
             if not losses: raise ValueError("simple_losses=False leaves the preset no loss: give losses=(...) with a loss that takes τ")
-        number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < math.inf
-        taus = tuple(float(t) if isinstance(t, int) and not isinstance(t, bool) else t
-                     for t in _tuple_of("taus", taus, number, "positive, finite temperatures"))
-        seeds = _tuple_of("seeds", seeds, lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "integer seeds >= 0")
-        if hard_simple_k is not None and (isinstance(hard_simple_k, bool) or not isinstance(hard_simple_k, int) or hard_simple_k < 1):
-            raise ValueError(f"hard_simple_k must be an integer >= 1 or None, got {hard_simple_k!r}")
-        if isinstance(linear_epochs, bool) or not isinstance(linear_epochs, int) or linear_epochs < 1:
-            raise ValueError(f"linear_epochs must be an integer >= 1, got {linear_epochs!r}")
-        for flag, v in (("probe_normalize", probe_normalize), ("probe_augment", probe_augment)):
-            if not isinstance(v, bool): raise ValueError(f"{flag} must be True or False, got {v!r}")
-        if not isinstance(note, str): raise ValueError(f"note must be a str, got {note!r}")
-        base = dataclasses.replace(base, **config)  # a copy, checked by PretrainConfig
-        if isinstance(extend_epochs, bool) or not isinstance(extend_epochs, int) or extend_epochs < 0:
-            raise ValueError(f"extend_epochs must be an integer >= 0, got {extend_epochs!r}")
-        if extend_epochs and not (isinstance(max_epochs, int) and max_epochs >= base.epochs + extend_epochs):
-            raise ValueError(f"max_epochs must be an integer >= epochs + extend_epochs ({base.epochs + extend_epochs}) when "
-                             f"extend_epochs is set, got {max_epochs!r}")
-        values = dict(name=name, base=base, losses=losses, taus=taus, seeds=seeds, hard_simple_k=hard_simple_k, linear_epochs=linear_epochs,
-                      probe_normalize=probe_normalize, probe_augment=probe_augment, extend_epochs=extend_epochs, max_epochs=max_epochs,
-                      note=note)
-        for k, v in values.items(): object.__setattr__(self, k, v)
-
-    def __getattr__(self, name: str):
-        "A field of the base configuration, read through the preset (`preset.epochs` is `preset.base.epochs`)."
-        if name in _CONFIG_FIELDS and name not in SWEPT and "base" in self.__dict__: return getattr(self.__dict__["base"], name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
-    def __hash__(self) -> int:
-        return hash((self.name, repr(self.base), self.losses, self.taus, self.seeds, self.hard_simple_k, self.linear_epochs,
-                     self.probe_normalize, self.probe_augment, self.extend_epochs, self.max_epochs, self.note))
-
-    def __repr__(self) -> str:
-        "The call that builds this preset: its base's fields that differ from the study default, then its own that differ from theirs."
-        default = _study_base()
-        defaults = {k: p.default for k, p in inspect.signature(StudyPreset.__init__).parameters.items()}
-        parts = [repr(self.name)]
-        parts += [f"{k}={getattr(self.base, k)!r}" for k in _CONFIG_FIELDS if getattr(self.base, k) != getattr(default, k)]
-        parts += [f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self)
-                  if f.name not in ("name", "base") and getattr(self, f.name) != defaults[f.name]]
-        return f"{type(self).__name__}({', '.join(parts)})"
+            mine["losses"] = losses
+        return cls(name, base, **mine)
 
     def with_base(self, **changes) -> StudyPreset:
-        "This preset with fields of its base configuration changed (the same as `dataclasses.replace(preset, **changes)`)."
+        "This preset with fields of its base configuration changed (`preset.with_base(device='cuda')`); its own fields change with `dataclasses.replace`."
         unknown = sorted(set(changes) - set(_CONFIG_FIELDS))
         if unknown: raise ValueError(f"with_base changes fields of PretrainConfig only, got {', '.join(unknown)}")
+        swept = [k for k in SWEPT if k in changes]
+        if swept: raise ValueError(f"{swept[0]} is swept by the preset: change {swept[0]}{'es' if swept[0] == 'loss' else 's'}=(...) "
+                                   f"with dataclasses.replace, not its base configuration")
         return dataclasses.replace(self, base=dataclasses.replace(self.base, **changes))
 
     @property
@@ -135,30 +125,31 @@ class StudyPreset:
         "(extend_epochs, max_epochs): how a run that has not settled is lengthened (see `stretch_run`)."
         return self.extend_epochs, self.max_epochs
 
+
 # %% ../../nbs/20_study_plans.ipynb #20a1c008
 _PAPER = dict(epochs=200, warmup_epochs=0, eval_every=5, hard_simple_k=4095, device="cuda", precision="bf16", probe_normalize=False, probe_augment=True)
 _DIGITS = dict(width=8, image_size=8, epochs=200, warmup_epochs=20, eval_every=5, taus=(0.05, 0.1, 0.2, 0.3, 0.5, 1.0),
                extend_epochs=50, max_epochs=400)
 PRESETS = {
-    "smoke": StudyPreset("smoke", width=4, epochs=3, warmup_epochs=1, taus=(0.1, 0.5), seeds=(0, 1), linear_epochs=5,
+    "smoke": StudyPreset.make("smoke", width=4, epochs=3, warmup_epochs=1, taus=(0.1, 0.5), seeds=(0, 1), linear_epochs=5,
                          note="a miniature for tests: seconds, numbers meaningless"),
-    "digits": StudyPreset("digits", **_DIGITS,
+    "digits": StudyPreset.make("digits", **_DIGITS,
                           note="the embedded default: 42 runs of a width-8 ConvNet on 1438 digits at their native 8 × 8 pixels, "
                                "200 epochs with a 20-epoch warm-up (a run not yet settled at its first lr drop is stretched by 50 epochs at a "
                                "time, up to 400), chosen by the convergence criteria of lesson 09; its time on 2 CPU cores "
                                "is in benchmarks/results/study.md. With three seeds a cell it cannot decide findings 2, 3 and 4 (power at "
                                "their margins under 20%; the shipped study as pilot says they need about 27, 22 and 14 seeds a cell: "
                                "digits-decisive); it decides findings 1, 5 and 6"),
-    "digits-decisive": StudyPreset("digits-decisive", **{**_DIGITS, "seeds": tuple(range(27))},
+    "digits-decisive": StudyPreset.make("digits-decisive", **{**_DIGITS, "seeds": tuple(range(27))},
                                    note="the digits study with the seeds its most demanding finding needs for 80% power at its margin (27 a "
                                         "cell for finding 2, from the shipped study as pilot; appendix 28): 378 runs, hours on 2 CPU cores"),
-    "cifar10-paper": StudyPreset("cifar10-paper", dataset="cifar10", backbone="resnet18", alpha=0.0819, **_PAPER,
+    "cifar10-paper": StudyPreset.make("cifar10-paper", dataset="cifar10", backbone="resnet18", alpha=0.0819, **_PAPER,
                                  note="[WL21] CIFAR10: ResNet18, 200 epochs, 4095 hard negatives"),
-    "cifar100-paper": StudyPreset("cifar100-paper", dataset="cifar100", backbone="resnet18", alpha=0.0819, **_PAPER,
+    "cifar100-paper": StudyPreset.make("cifar100-paper", dataset="cifar100", backbone="resnet18", alpha=0.0819, **_PAPER,
                                   note="[WL21] CIFAR100: ResNet18, 200 epochs, 4095 hard negatives"),
-    "svhn-paper": StudyPreset("svhn-paper", dataset="svhn", backbone="resnet18", alpha=0.0315, **_PAPER,
+    "svhn-paper": StudyPreset.make("svhn-paper", dataset="svhn", backbone="resnet18", alpha=0.0315, **_PAPER,
                               note="[WL21] SVHN: ResNet18, 200 epochs, α = 0.0315 (about 2308 negatives) for the hard loss, 4095 for HardSimple"),
-    "imagenet100-paper": StudyPreset("imagenet100-paper", dataset="imagenet100", backbone="resnet50", full_images=True, alpha=0.034,
+    "imagenet100-paper": StudyPreset.make("imagenet100-paper", dataset="imagenet100", backbone="resnet50", full_images=True, alpha=0.034,
                                      weight_decay=1e-4, **_PAPER, note="[WL21] ImageNet100: ResNet50 (ImageNet stem), 200 epochs, "
                                      "224-px random resized crops of the full images"),
 }
@@ -179,7 +170,7 @@ def get_preset(preset: str | StudyPreset) -> StudyPreset:
 def _hard_simple_alpha(p: StudyPreset, negatives: int) -> float:
     "The α that keeps HardSimple's `hard_simple_k` nearest of `negatives` (the hard loss's α when unset or the bank is too small)."
     k = p.hard_simple_k
-    if k is None or k >= negatives: return p.alpha
+    if k is None or k >= negatives: return p.base.alpha
     alpha = k / negatives
     while n_informative(negatives, alpha) > k: alpha = math.nextafter(alpha, 0)  # ⌈α·K⌉ exactly k, despite rounding
     return alpha

@@ -5,7 +5,6 @@
 # %% ../../nbs/16_study_machinery.ipynb #6dceb6fb
 from __future__ import annotations
 
-import dataclasses
 import math
 import multiprocessing as mp
 import os
@@ -36,7 +35,7 @@ def _study_dir(p: StudyPreset, out_dir: str | Path | None) -> Path:
     return out
 
 def _n_train(p: StudyPreset) -> int:
-    return len(load_dataset(p.dataset, train=True, progress=False))  # the bank's size sets the Simple losses' λ
+    return len(load_dataset(p.base.dataset, train=True, progress=False))  # the bank's size sets the Simple losses' λ
 
 def _probe(p: StudyPreset) -> dict:
     return dict(linear_epochs=p.linear_epochs, normalize=p.probe_normalize, augment=p.probe_augment)
@@ -68,7 +67,7 @@ def run_study(
 ) -> list[dict]:
     "Train and measure every run of `preset` (reusing finished ones, retrying failed ones); write results.csv and results.json; return the rows in the order of `study_configs`, a failed run's as a row with its error under 'failed'."
     p = get_preset(preset)
-    if device is not None: p = dataclasses.replace(p, device=device)
+    if device is not None: p = p.with_base(device=device)
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
     if isinstance(poll_s, bool) or not isinstance(poll_s, (int, float)) or not 0 < poll_s < math.inf:
@@ -180,7 +179,7 @@ def study_plan(preset: StudyPreset, n_train: int | None = None) -> list[dict]:
 def run_one(preset: StudyPreset, index: int, out_dir: str | Path | None = None, device: str | None = None) -> dict | None:
     "Train (resuming) and measure run `index` of the study in `out_dir`: its row (a failed run's with its error under 'failed'), or None when another process holds the run now."
     p = check_preset(preset)
-    if device is not None: p = dataclasses.replace(p, device=device)
+    if device is not None: p = p.with_base(device=device)
     plan = study_plan(p)
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(plan):
         raise ValueError(f"index must be an integer in [0, {len(plan) - 1}] (the study's {len(plan)} runs; see --list), got {index!r}")

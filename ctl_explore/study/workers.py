@@ -168,7 +168,7 @@ def _work(config_dict: dict, run_dir: str, probe: dict, stretch: tuple[int, int 
     return _attempt(config, Path(run_dir), probe, threads_for(config), stretch)
 
 def _on_cuda(p: StudyPreset) -> bool:
-    return p.device.startswith("cuda") or (p.device == "auto" and torch.cuda.is_available())
+    return p.base.device.startswith("cuda") or (p.base.device == "auto" and torch.cuda.is_available())
 
 def _cores() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
@@ -177,7 +177,7 @@ def default_workers(preset: StudyPreset) -> int:
     "Worker processes for a study: one per visible CUDA device on a CUDA preset, one per CPU core (each with one thread) for the small ConvNet, else 1."
     p = check_preset(preset)
     if _on_cuda(p): return max(1, len(visible_gpus()))
-    return _cores() if p.backbone == "convnet" else 1
+    return _cores() if p.base.backbone == "convnet" else 1
 
 def _capped_workers(p: StudyPreset, asked: int | None, pending: int) -> int:
     "`asked` (or the default) workers, capped by the runs left to train and the GPUs or cores there are; a warning when a request is lowered."
