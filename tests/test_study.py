@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from ctl_explore.losses import n_informative
-from ctl_explore.study.plan import PRESETS, StudyPreset, run_name, study_configs
+from ctl_explore.study.plan import PRESETS, StudyPreset, run_name, study_configs, takes_tau
 from ctl_explore.study.rows import RESULT_KEYS, StudyError, load_results
 from ctl_explore.study.measure import KNN_CRITERIA, MIN_WINDOW_POINTS, check_run, neighbour_purity, window_epochs
 from ctl_explore.study.stats import difference, noise_margin, trend, usable
@@ -352,10 +352,11 @@ def test_figures_and_report(smoke, tmp_path):
     _, rows, _ = smoke
     assert set(study_figures(rows)) == {"uniformity_tolerance", "similarity_profile", "neighbour_purity", "accuracy"}
     good = _clear(BASE)
+    planned = {(c.loss, c.tau if takes_tau(c.loss) else None, c.seed): dataclasses.asdict(c) for c in study_configs(PRESETS["digits"], 1438)}
     for r in good:
         r.update(n_train=1438, uniformity_change=0.01, knn_change=0.0, alignment=0.4, alignment_change=0.0,
                  trajectory=[dict(epoch=e, uniformity=1.0, tolerance=0.5, alignment=0.4, knn_accuracy=0.9) for e in (5, 10)],
-                 config=rows[0]["config"])
+                 config=planned[(r["loss"], r["tau"], r["seed"])])  # each its own planned run: the judge refuses copies
     text = write_report(good, tmp_path, PRESETS["digits"]).read_text()
     assert "6 reproduced" in text and "at this scale" in text and "Reproducing" not in text
     text = write_report(rows, tmp_path, PRESETS["smoke"]).read_text()
