@@ -91,6 +91,18 @@ def copy_run(src: Path, dst: Path) -> Path:
 
 # ---------------------------------------------------------------- 1, 9: messages that name both ways to start over, and no bad advice
 
+def _nests_here_and_refuses_other_threads(run):
+    "Inside `run_lock(run)`: the holding thread may take it again; another thread of this process is refused, saying so."
+    with run_lock(run): pass
+    errors = []
+    def other():
+        try:
+            with run_lock(run): pass
+        except RunBusyError as e: errors.append(e)
+    t = threading.Thread(target=other); t.start(); t.join()
+    assert errors and "another thread of this process" in str(errors[0])
+
+
 def test_mismatch_names_restart_for_python_and_the_command_line(finished):
     with pytest.raises(CheckpointError) as e: load_checkpoint(finished / "checkpoint.pt", tiny(tau=0.5))
     assert "restart=True" in str(e.value) and "--restart" in str(e.value) and "'tau': (0.2, 0.5)" in str(e.value)
@@ -187,14 +199,7 @@ def test_run_lock_is_exclusive_across_processes_and_threads_and_dies_with_its_ho
         holder.send_signal(signal.SIGKILL)
         holder.wait()
     with run_lock(run):  # the lock died with its holder
-        with run_lock(run): pass  # the holding thread may nest
-        errors = []
-        def other():
-            try:
-                with run_lock(run): pass
-            except RunBusyError as e: errors.append(e)
-        t = threading.Thread(target=other); t.start(); t.join()
-        assert errors and "another thread of this process" in str(errors[0])
+        _nests_here_and_refuses_other_threads(run)
 
 
 # A file system that refuses flock (Lustre mounted with noflock, NFS without its lock daemon): filelock's hard lock raises
@@ -223,14 +228,7 @@ def test_run_lock_falls_back_to_a_soft_lock_with_one_warning_where_flock_is_refu
     with pytest.warns(UserWarning, match="refuses flock.*SoftFileLock") as warned:
         with run_lock(run):
             assert (run / SOFT_LOCK_NAME).is_file()
-            with run_lock(run): pass  # the holding thread may nest
-            errors = []
-            def other():
-                try:
-                    with run_lock(run): pass
-                except RunBusyError as e: errors.append(e)
-            t = threading.Thread(target=other); t.start(); t.join()
-            assert errors and "another thread of this process" in str(errors[0])
+            _nests_here_and_refuses_other_threads(run)
         assert not (run / SOFT_LOCK_NAME).exists()  # released: the file goes
         with run_lock(run): pass                      # the same file system again: no second warning
     assert len([w for w in warned if "refuses flock" in str(w.message)]) == 1
