@@ -16,12 +16,15 @@ from torch import Tensor
 
 from .checks import (check_choice, check_embeddings, check_in_range, check_nonnegative, check_positive,
                                 check_similarities, check_tensor, checking_values)
+from .loss_registry import LOSS_LEVELS, LOSSES, LossSpec, check_loss_params, loss_names, loss_spec, register_loss  # appendix 31
+
+_all_ = ['LOSS_LEVELS', 'LOSSES', 'LossSpec', 'check_loss_params', 'loss_names', 'loss_spec', 'register_loss']  # still importable from here
 
 # %% auto #0
-__all__ = ['REDUCTIONS', 'LOSS_LEVELS', 'LOSSES', 'contrastive_loss', 'reduce_loss', 'check_temperature', 'LossSpec',
-           'register_loss', 'loss_spec', 'loss_names', 'simple_loss', 'triplet_limit_loss', 'simple_limit_loss',
-           'n_informative', 'informative_mask', 'hard_contrastive_loss', 'hard_simple_loss', 'check_loss_params',
-           'apply_loss', 'dot_products', 'pair_similarities']
+__all__ = ['REDUCTIONS', 'contrastive_loss', 'reduce_loss', 'check_temperature', 'simple_loss', 'triplet_limit_loss',
+           'simple_limit_loss', 'n_informative', 'informative_mask', 'hard_contrastive_loss', 'hard_simple_loss',
+           'apply_loss', 'dot_products', 'pair_similarities', 'LOSS_LEVELS', 'LOSSES', 'LossSpec', 'check_loss_params',
+           'loss_names', 'loss_spec', 'register_loss']
 
 # %% ../nbs/00_losses.ipynb #e7c96f66
 def contrastive_loss(
@@ -63,57 +66,6 @@ def check_temperature(
         raise ValueError(f"tau must be at least {smallest:.3g} for {str(dtype).removeprefix('torch.')} similarities of size up to "
                          f"{size:g} (below it s/tau overflows the dtype's largest number, {largest:.3g}, and the loss is NaN), got {tau!r}")
     return tau
-
-# %% ../nbs/00_losses.ipynb #a0f1e2d4
-@dataclass(frozen=True)
-class LossSpec:
-    "One loss of the course: its function, the hyper-parameters it takes, how figures name and colour it, and its source."
-    name: str                  # the name configurations use, e.g. "contrastive"
-    fn: Callable               # similarity level: fn(pos, neg, reduction=..., **params); feature level: fn(z1, z2, generator=None, **params)
-    params: tuple              # the hyper-parameters it takes, from tau, alpha, lam
-    level: str = "similarity"  # "similarity" (takes pos and neg) or "feature" (takes the two views' embeddings, lesson 11)
-    label: str = ""            # its name in figures and menus
-    color: str = "#7f7f7f"     # its colour in figures
-    paper: str = ""            # where it is defined, e.g. "[WL21] Eq 1"
-    default_lam: Callable | None = None  # λ when none is given, from (n_negatives, alpha); None: no default
-    limit_of: str | None = None          # the loss it is a τ limit of (a playground of that loss already reaches it)
-    short: str = ""                      # its word in sentences, e.g. "ordinary loss" (the study's findings); default: its label
-
-LOSS_LEVELS = ("similarity", "feature")
-LOSSES: dict[str, LossSpec] = {}  # every registered loss, by name, in the order registered
-
-def register_loss(spec: LossSpec) -> LossSpec:
-    "Add `spec` to `LOSSES` (a `ValueError` naming it if the name is taken or the level unknown); returns it."
-    if not isinstance(spec, LossSpec): raise TypeError(f"register_loss takes a LossSpec, got {type(spec).__name__}")
-    if not isinstance(spec.name, str) or not spec.name.isidentifier():
-        raise ValueError(f"a loss's name must be a Python identifier such as 'contrastive', got {spec.name!r}")
-    if spec.level not in LOSS_LEVELS:
-        raise ValueError(f"loss {spec.name!r}: level must be one of {LOSS_LEVELS}, got {spec.level!r}")
-    if not callable(spec.fn): raise ValueError(f"loss {spec.name!r}: fn must be callable, got {spec.fn!r}")
-    if not isinstance(spec.params, tuple) or not all(isinstance(p, str) for p in spec.params):
-        raise ValueError(f"loss {spec.name!r}: params must be a tuple of hyper-parameter names, got {spec.params!r}")
-    old = LOSSES.get(spec.name)
-    if old is not None and _declared(old) != _declared(spec):
-        raise ValueError(f"loss {spec.name!r} is already registered ({old.label or old.name}, {old.paper or 'no source'}) "
-                         f"as another loss; pick another name")
-    LOSSES[spec.name] = spec  # re-running the cell that declares a loss replaces it with itself
-    return spec
-
-def _declared(spec: LossSpec) -> tuple:
-    "What a declaration says, with its function by name: the same for the same cell run twice."
-    return (spec.params, spec.level, spec.label, spec.short, spec.color, spec.paper, spec.limit_of,
-            getattr(spec.fn, "__qualname__", spec.fn))
-
-def loss_spec(name: str) -> LossSpec:
-    "The registered loss called `name`, or a `ValueError` naming the known ones."
-    if not isinstance(name, str) or name not in LOSSES: raise ValueError(f"loss must be one of {loss_names()}, got {name!r}")
-    return LOSSES[name]
-
-def loss_names(level: str | None = None) -> tuple[str, ...]:
-    "The names of the registered losses (of one `level`, if given), in the order registered."
-    if level is not None: check_choice("level", level, LOSS_LEVELS)
-    return tuple(n for n, s in LOSSES.items() if level is None or s.level == level)
-
 
 # %% ../nbs/00_losses.ipynb #reg0contr
 register_loss(LossSpec("contrastive", contrastive_loss, ("tau",), label="contrastive (Eq 1)", short="ordinary loss",
@@ -229,21 +181,6 @@ register_loss(LossSpec("hard_simple", hard_simple_loss, ("alpha", "lam"), label=
 
 
 # %% ../nbs/00_losses.ipynb #6f21c99f
-def check_loss_params(
-    name: str,                  # the loss's name
-    params: dict,               # the hyper-parameters given
-    table: dict | None = None,  # each loss's hyper-parameters; None: the similarity losses registered now
-    optional: tuple = ("lam",), # those that have a default (lam defaults to 1)
-) -> None:
-    "A `ValueError` unless `name` is a loss of `table` and `params` are exactly the hyper-parameters it takes."
-    if table is None: table = {n: LOSSES[n].params for n in loss_names("similarity")}
-    if name not in table: raise ValueError(f"loss must be one of {tuple(table)}, got {name!r}")
-    wanted = table[name]
-    extra = sorted(set(params) - set(wanted))
-    if extra: raise ValueError(f"the {name} loss takes {', '.join(wanted)}; it does not take {', '.join(extra)}")
-    missing = [p for p in wanted if p not in params and p not in optional]
-    if missing: raise ValueError(f"the {name} loss needs {', '.join(missing)}")
-
 def apply_loss(
     name: str,               # a similarity loss of the registry, e.g. "contrastive"
     pos: Tensor,             # [B] positive similarity s_ii of each anchor
@@ -254,7 +191,6 @@ def apply_loss(
     "The loss called `name` on `pos` and `neg`, given exactly the hyper-parameters it takes."
     check_loss_params(name, params)
     return loss_spec(name).fn(pos, neg, reduction=reduction, **params)
-
 
 # %% ../nbs/00_losses.ipynb #7eade0a1
 @lru_cache(maxsize=16)
