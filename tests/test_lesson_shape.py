@@ -111,3 +111,60 @@ def test_the_size_rule_counts_what_a_reader_reads(tmp_path):
              {"cell_type": "markdown", "metadata": {}, "source": "word " * 570}]
     s = lesson_shape(_lesson(tmp_path, cells))
     assert (s["median_lines"], s["largest_lines"]) == (3, 50) and s["words_per_line"] == pytest.approx(570 / 57)
+
+
+# ---------------------------------------------------------------- the idea before the machinery
+import re  # noqa: E402
+
+from ctl_explore.course import on_the_page  # noqa: E402
+
+_FIGURE = re.compile(r"go\.Figure|make_subplots|\.show\(\)")  # a cell that draws a figure
+_MACHINERY = re.compile(r"^\s*(?:def (?:_?check_\w+|register_\w+|__getattr__)\(|class \w*Spec\b|HISTORY\s*=)|\bregister_loss\(", re.M)
+_COMMIT = re.compile(r"\bcommit\b[^\n]{0,20}\b[0-9a-f]{7,40}\b")
+
+
+def _code_sources(path) -> list[tuple[int, str]]:
+    "(index, source) of the code cells a reader meets."
+    cells = json.loads(Path(path).read_text())["cells"]
+    return [(i, "".join(c["source"]) if isinstance(c["source"], list) else c["source"]) for i, c in enumerate(cells)
+            if c["cell_type"] == "code" and on_the_page(c)]
+
+
+def _first_figure_before_machinery(path) -> bool:
+    "Whether the first visible cell that draws a figure comes before the first that defines an argument check or a registry (or registers into one)."
+    code = _code_sources(path)
+    figure = next((i for i, s in code if _FIGURE.search(s)), None)
+    machinery = next((i for i, s in code if _MACHINERY.search(s)), None)
+    return figure is not None and (machinery is None or figure < machinery)
+
+
+def _machinery_in_sight(path) -> list[str]:
+    "Shims, registries and commit lists among the code cells a reader meets: the first line of each."
+    return [m.group(0).strip() for _, s in _code_sources(path) for m in (*_MACHINERY.finditer(s), *_COMMIT.finditer(s))
+            if not m.group(0).lstrip().startswith("register_loss(")]  # a loss's one-line declaration beside its function is not machinery
+
+
+def test_lesson_00_draws_eq_1_before_any_registry_or_check():
+    assert _first_figure_before_machinery(NBS / "00_losses.ipynb")
+
+
+@pytest.mark.parametrize("path", CORE, ids=lambda p: p.stem)
+def test_a_core_lesson_shows_no_shim_registry_or_commit_list(path):
+    "The machinery behind a lesson (argument checks aside) lives in its appendix: no `__getattr__` shim, no registry's definition, no list of commits."
+    found = [m for m in _machinery_in_sight(path) if "check_" not in m]
+    assert not found, f"{path.name} shows machinery a core lesson imports instead: {found}"
+
+
+def test_the_machinery_rules_are_not_fooled(tmp_path):
+    "A registry defined before the first figure, one hidden behind #| hide, a shim and a commit list: each seen as a reader sees it."
+    fig = _code("import plotly.graph_objects as go\ngo.Figure()")
+    registry = _code("def register_loss(spec):\n    LOSSES[spec.name] = spec")
+    assert not _first_figure_before_machinery(_lesson(tmp_path, [registry, fig]))
+    assert _first_figure_before_machinery(_lesson(tmp_path, [fig, registry]))
+    assert _first_figure_before_machinery(_lesson(tmp_path, [_code("#| hide\n" + registry["source"]), fig]))  # out of sight
+    assert not _first_figure_before_machinery(_lesson(tmp_path, [_code("x = 1")]))  # no figure at all
+    assert not _first_figure_before_machinery(_lesson(tmp_path, [_code("register_loss(LossSpec('x', f, ()))"), fig]))
+    shown = _lesson(tmp_path, [_code("def __getattr__(name):\n    return old[name]"), _code("HISTORY = [dict(commit='e85b96e')]"),
+                               _code("# from commit e85b96e on\nx = 1"), _code("register_loss(LossSpec('x', f, ()))"),
+                               _code("#| hide\ndef __getattr__(name): pass")])
+    assert _machinery_in_sight(shown) == ["def __getattr__(", "HISTORY =", "commit='e85b96e", "commit e85b96e"]
