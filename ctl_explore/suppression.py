@@ -299,7 +299,7 @@ def train_contrastive(
                 idx = order[step * config.batch_size:(step + 1) * config.batch_size]
                 v1, v2 = views(idx, generator)
                 y = None if probe is None else labels[idx]
-                _, loss = gradient_step(optimizer, lambda: embed_views(model, v1, v2, config.loss),  # lesson 07's update
+                _, loss = gradient_step(optimizer, lambda: embed_views(model, v1, v2, config.loss),  # the update of lesson 07 (appendix 29)
                                         lambda out: contrastive_objective(out[1], out[2], config.tau, config.loss),
                                         penalty=(lambda out: _penalty(model, config, probe, out[0], y)) if penalized else None)
                 scheduler.step()
