@@ -196,7 +196,7 @@ HISTORY = [  # the protocol's history; lesson 09 recomputes every number here fr
                 "after per-cell variances (t ≈ 10 at the Bonferroni level with three seeds) had left finding 1 on the shipped rows "
                 "inconclusive; pooled, it is partly reproduced", verdicts=None),
     dict(run="fifth-run", commit="e85b96e", committed="2026-12-01 08:53:42", runs=42,
-         seen="its protocol committed before it started (08:55:47 to 10:01:04, made.json); its finding rules committed while it ran (above)",
+         seen="its protocol committed before it started (08:55:47 to 10:01:04, fifth-run/made.json); its finding rules committed while it ran (above)",
          change="convergence and stretching decided from uniformity and alignment only (no test label read), τ = 0.3 added, the "
                 "probe's per-image correctness recorded", usable=42, stretched=4, verdicts=None, rejudged=("P", "U", "U", "U", "R", "R")),
     dict(run="judge", commit=None, seen="after every run above and every verdict of the fifth",
