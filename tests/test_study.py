@@ -482,7 +482,7 @@ def test_stretch_rules():
         StudyPreset.make("bad", epochs=200, extend_epochs=50, max_epochs=220)
     with pytest.raises(ValueError, match="extend_epochs must be an integer >= 0"):
         StudyPreset.make("bad", extend_epochs=-5)
-    assert PRESETS["digits"].stretch == (50, 400) and PRESETS["cifar10-paper"].stretch == (0, None)
+    assert PRESETS["digits"].stretch == (25, 200) and PRESETS["cifar10-paper"].stretch == (0, None)
 
 
 # --- a study past one machine: list, run one by index, gather ------------------------------------------------------------
