@@ -11,6 +11,10 @@ and batch-norm kernels, which no change that keeps the numbers can shorten. The 
 
 Run: `python benchmarks/bench_study_run.py [--repeats 2] [--loss contrastive --tau 0.2 --seed 0] [--no-save]`
 (about 2 × repeats × 35 CPU-s). Writes results/study_run.json and results/study_run.md.
+
+`--regimes` instead times the same run under the 200-epoch regime of the study's first five runs (`plan._DIGITS_200`) and
+the `digits` preset's 100-epoch one, interleaved in this process (fast epochs both), and adds their CPU ratio to the saved
+results: the per-run halving issue 28 asks for (about 2 × repeats × 55 CPU-s).
 """
 from __future__ import annotations
 
@@ -156,6 +160,27 @@ def epoch_loop(config, reps: int = 6, epochs: int = 4) -> dict:
                 ratio_best=round(best["plain"] / best["fast"], 3), ratio_median=round(median["plain"] / median["fast"], 3))
 
 
+def regimes(config, probe: dict, repeats: int) -> dict:
+    "The run under the 200-epoch regime and under the digits preset's, interleaved `repeats` times: best CPU and wall seconds by phase, and the ratio."
+    import dataclasses
+    old_preset = study_plan.StudyPreset.make("digits", **study_plan._DIGITS_200)
+    new_preset = study_plan.get_preset("digits")
+    ways = {f"{p.base.epochs} epochs": (p, dataclasses.replace(config, epochs=p.base.epochs, warmup_epochs=p.base.warmup_epochs))
+            for p in (old_preset, new_preset)}
+    runs = {k: [] for k in ways}
+    for r in range(repeats):
+        for way, (p, c) in ways.items():
+            row, cpu, wall = one_run(c, probe, p.stretch, plain=False)
+            runs[way].append(dict(cpu_s=cpu, wall_s=wall, epochs_trained=row["config"]["epochs"], linear_top1=row["linear_top1"],
+                                  uniformity=row["uniformity"], converged=row["converged"]))
+            print(f"{way}: {cpu['total']:.1f} CPU-s, {wall['total']:.1f} s wall, trained {row['config']['epochs']} epochs", flush=True)
+    best = {way: min(rs, key=lambda x: x["cpu_s"]["total"]) for way, rs in runs.items()}
+    old, new = best.values()
+    return dict(ways=list(ways), best=best, all_runs=runs, repeats=repeats, load_average=[round(x, 2) for x in os.getloadavg()],
+                cpu_ratio_old_over_new=round(old["cpu_s"]["total"] / new["cpu_s"]["total"], 3),
+                steps_ratio_old_over_new=round(old["cpu_s"]["steps"] / new["cpu_s"]["steps"], 3))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2, help="plain/fast pairs, interleaved (the minimum of each is kept)")
@@ -165,12 +190,22 @@ def main():
     parser.add_argument("--no-save", action="store_true")
     parser.add_argument("--epochs-only", action="store_true",
                         help="time the epoch loops alone and add them to the saved results/study_run.json (no whole runs)")
+    parser.add_argument("--regimes", action="store_true",
+                        help="time the run under the 200-epoch regime and the digits preset's, add them to the saved results/study_run.json")
     args = parser.parse_args()
     torch.set_num_threads(1)  # as a study worker
     p = study_plan.get_preset("digits")
     n_train = len(train._load_data(p.base, torch.device("cpu"), True)[0])
     config = study_plan.run_config(p, args.loss, args.tau if study_plan.takes_tau(args.loss) else None, args.seed, n_train)
     probe = dict(linear_epochs=p.linear_epochs, normalize=p.probe_normalize, augment=p.probe_augment)
+    if args.regimes:
+        saved = json.loads((RESULTS / "study_run.json").read_text())
+        saved["regimes"] = {**regimes(config, probe, args.repeats), "machine": {**machine(), **lscpu()}}
+        print(json.dumps({k: v for k, v in saved["regimes"].items() if k != "all_runs"}, indent=2))
+        if not args.no_save:
+            (RESULTS / "study_run.json").write_text(json.dumps(saved, indent=2) + "\n")
+            (RESULTS / "study_run.md").write_text(markdown(saved))
+        return
     if args.epochs_only:
         saved = json.loads((RESULTS / "study_run.json").read_text())
         saved["epoch_loop"] = {**epoch_loop(config), "load_average": [round(x, 2) for x in os.getloadavg()]}
@@ -257,6 +292,21 @@ def markdown(r: dict) -> str:
         lines[-1] += (f" With the steady steps-alone ratio instead ({r['epoch_loop']['ratio_best']:.2f} × on the steps, which are "
                       f"{share * 100:.0f} % of a run): {run_ratio:.2f} × per run, about {e['before']['cpu_s'] / run_ratio:.0f} CPU-s and "
                       f"{e['before']['wall_s'] / run_ratio:.0f} s ({e['before']['wall_s'] / run_ratio / 60:.1f} min).")
+    if "regimes" in r:
+        g = r["regimes"]
+        old, new = (g["best"][w] for w in g["ways"])
+        lines += ["", "## The 200-epoch regime against the `digits` preset's (`--regimes`)", "",
+                  f"The same run (`{r['run']}`) under the regime of the study's first five runs and under the `digits` preset's, "
+                  f"fast epochs both, interleaved {g['repeats']} times in one process, best of each; load average {g['load_average'][0]} "
+                  f"after ({g['machine'].get('Model name', g['machine'].get('cpu'))}, {g['machine']['date']}). Both runs settled unstretched: "
+                  f"{old['epochs_trained']} and {new['epochs_trained']} epochs, linear top-1 {old['linear_top1']:.4f} and {new['linear_top1']:.4f}, "
+                  f"uniformity {old['uniformity']:.3f} and {new['uniformity']:.3f} (the numbers move: this is a stated change, not a faster copy).", "",
+                  f"| phase | {g['ways'][0]} CPU-s | {g['ways'][1]} CPU-s | {g['ways'][0]} wall s | {g['ways'][1]} wall s |", "|---|---:|---:|---:|---:|"]
+        for k in PHASES + ("other", "total"):
+            lines.append(f"| {k.replace('_', ' ')} | {old['cpu_s'].get(k, 0):.2f} | {new['cpu_s'].get(k, 0):.2f} | "
+                         f"{old['wall_s'].get(k, 0):.2f} | {new['wall_s'].get(k, 0):.2f} |")
+        lines += ["", f"CPU ratio {g['ways'][0]} / {g['ways'][1]}, whole runs: **{g['cpu_ratio_old_over_new']:.2f} ×** "
+                      f"(training steps alone {g['steps_ratio_old_over_new']:.2f} ×).", ""]
     lines.append("")
     return "\n".join(lines)
 

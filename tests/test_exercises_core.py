@@ -351,9 +351,9 @@ def test_09_checks_refuse_wrong_answers():
     def partial(m): return {k: v for k, v in list(m.items())[:-1]}
     for wrong in (lambda m: m, moved, flat, partial, lambda m: dict(m)):
         refused(ex.check_09_2, wrong)
-    for wrong in ((250, 120, 160), (300, 155, 200), (250, 150, 200), (250, 155, 240), (250, 155)):
+    for wrong in ((125, 62.5, 80), (150, 77.5, 100), (125, 75, 100), (125, 77.5, 120), (125, 77.5)):
         refused(ex.check_09_3, wrong)
-    ex.check_09_3((250, 155, 200))
+    ex.check_09_3((125, 77.5, 100))
 
 
 def test_09_4_readings(monkeypatch):
@@ -425,7 +425,7 @@ def test_a_right_function_passes_in_the_child(capsys):
 # ================================================================ what a student sees: GitHub's view of the lessons
 
 ANSWERS = ["1 / k", "k / ((k + 1)", "round(alpha *", "m / (1 - m)", "v / (2 * tau", "2 / 255 / math.log(2)", "(0.25, 64)", "1 / 144",
-           "128 * 1437", "256 * 254", "(250, 155, 200)", "cos(b - a)", "2 - 2 * cos(theta)", "prob[:, 1:] / ctx.tau", "Eq 7's λ = 1/K",
+           "128 * 1437", "256 * 254", "(125, 77.5, 100)", "cos(b - a)", "2 - 2 * cos(theta)", "prob[:, 1:] / ctx.tau", "Eq 7's λ = 1/K",
            "at the very end of the notebook", "check_exercise_", "test_fail(", "## Solutions"]
 
 

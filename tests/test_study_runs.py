@@ -185,7 +185,8 @@ def test_results_json_edits_are_refused(tiny, tmp_path):
 
 
 @pytest.mark.parametrize("name, n", [("results.json", 42), ("first-run/results.json", 36), ("second-run/results.json", 36),
-                                     ("third-run/results.json", 36), ("fourth-run/results.json", 36)])
+                                     ("third-run/results.json", 36), ("fourth-run/results.json", 36),
+                                     ("fifth-run/results.json", 42)])
 def test_the_shipped_studies_load_by_their_type_and_range_rules(name, n):
     rows = load_results(ROOT / "data" / "study-digits" / name)
     assert len(rows) == n and all("checksum" not in r for r in rows)
@@ -508,11 +509,12 @@ FROZEN_PLANS = {
         ('hard_simple-seed0', 'hard_simple', 0.2, 0.0819, 0.00847457627118644, 0),
         ('hard_simple-seed1', 'hard_simple', 0.2, 0.0819, 0.00847457627118644, 1),
     ]),
+    # digits: 100 epochs and a 10-epoch warm-up since f968d3f (half the 200 and 20 of 76be443; benchmarks/results/study.md), all else as before
     'digits': dict(n_train=1438, common={
         'dataset': 'digits', 'data_root': None, 'download': False, 'image_size': 8, 'full_images': False, 'backbone': 'convnet',
         'stem': None, 'width': 8, 'norm': 'batch', 'head': 'linear', 'out_dim': 128, 'negatives': 'bank', 'bank_momentum': 0.5,
-        'bank_precision': 'fp32', 'epochs': 200, 'batch_size': 128, 'lr': 0.03, 'momentum': 0.9, 'weight_decay': 0.0005,
-        'lr_drops': [0.8, 0.95], 'warmup_epochs': 20, 'device': 'auto', 'precision': 'fp32', 'compile': False, 'knn_k': 200,
+        'bank_precision': 'fp32', 'epochs': 100, 'batch_size': 128, 'lr': 0.03, 'momentum': 0.9, 'weight_decay': 0.0005,
+        'lr_drops': [0.8, 0.95], 'warmup_epochs': 10, 'device': 'auto', 'precision': 'fp32', 'compile': False, 'knn_k': 200,
         'eval_batch_size': 512, 'eval_every': 5, 'monitor_images': None,
     }, runs=[
         ('contrastive-tau0.05-seed0', 'contrastive', 0.05, 0.0819, None, 0),
@@ -868,7 +870,7 @@ def test_a_bad_preset_names_its_argument(change, error, says):
 def test_a_preset_holds_its_base_prints_as_its_call_and_travels():
     import pickle
     digits = get_preset("digits")
-    assert (digits.base.epochs, digits.base.width, digits.base.device) == (200, 8, "auto")
+    assert (digits.base.epochs, digits.base.width, digits.base.device) == (100, 8, "auto")
     for field in ("tau", "epochs"):  # swept (a preset has taus), or the base's: a preset is its fields and nothing else
         with pytest.raises(AttributeError, match=field): getattr(digits, field)
     for p in PRESETS.values():
@@ -906,8 +908,8 @@ def test_the_shipped_study_is_what_the_digits_preset_plans():
         (dataclasses.replace(digits, taus=digits.taus + (0.7,)), "6 planned run\\(s\\) have no row: contrastive τ=0.7 seed 0"),
         (dataclasses.replace(digits, seeds=(0, 1)), "row\\(s\\) of runs the preset does not plan: contrastive τ=0.05 seed 2"),
         (dataclasses.replace(digits, losses=digits.losses[:3]), "hard_simple seed 0"),
-        (digits.with_base(warmup_epochs=10), "'warmup_epochs': \\(20, 10\\)"),
-        (dataclasses.replace(digits, extend_epochs=0, max_epochs=None), "'epochs': \\(250, 200\\)"),  # the stretched runs
+        (digits.with_base(warmup_epochs=20), "'warmup_epochs': \\(10, 20\\)"),
+        (dataclasses.replace(digits, extend_epochs=0, max_epochs=None), "'epochs': \\(125, 100\\)"),  # the stretched runs
     ]:
         with pytest.raises(StudyError, match=says):
             check_shipped(changed, rows)

@@ -38,9 +38,9 @@ def verdict_stability(rows: list[dict], resamples: int = 200, seed: int = 0, per
     if isinstance(resamples, bool) or not isinstance(resamples, int) or resamples < 1:
         raise ValueError(f"resamples must be an integer >= 1, got {resamples!r}")
     base = {f.number: f.verdict for f in findings(rows, permutations)}
-    rng, same = np.random.default_rng(seed), {n: 0 for n in base}
+    rng, same, memo = np.random.default_rng(seed), {n: 0 for n in base}, {}  # memo: each row checked once (`rows` keeps them alive)
     for _ in range(resamples):
-        for f in _judge(resample_seeds(rows, rng), resampled=True)[0]: same[f.number] += f.verdict == base[f.number]
+        for f in _judge(resample_seeds(rows, rng), resampled=True, with_power=False, memo=memo)[0]: same[f.number] += f.verdict == base[f.number]
     return {n: same[n] / resamples for n in base}
 
 def dependence(rows: list[dict], a: str = "neighbour_purity", b: str = "pos_similarity", loss: str = "contrastive") -> dict:

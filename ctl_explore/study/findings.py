@@ -173,18 +173,19 @@ register_finding(FINDINGS, 6, "Small τ gives a more uniform embedding, larger �
                                                         "nearest test images with the same label)"),))(_judge_trends)
 
 def _judge(all_rows: list[dict], permutations: int | None = None, registry: dict | None = None, plan: dict | None = None,
-           resampled: bool = False) -> tuple[list[Finding], list[Part]]:
+           resampled: bool = False, with_power: bool = True, memo: dict | None = None) -> tuple[list[Finding], list[Part]]:
     """Every finding of `registry` (default FINDINGS) judged on `all_rows`, checked first (`check_rows`, against `plan`:
     {(loss, τ): seeds}, default the cells the rows name; `resampled`: seeds drawn again, runs repeated on purpose): the
-    findings, and every part they tested. (`permutations` is accepted for older callers; no test here permutes.)"""
+    findings, and every part they tested. (`permutations` is accepted for older callers; no test here permutes.) `with_power=False`
+    leaves each finding's power and seeds unset (0.0, None): for a caller that reads verdicts only; `memo`: see `check_rows`."""
     registry = FINDINGS if registry is None else registry
-    ch = check_rows(all_rows, plan, resampled)
+    ch = check_rows(all_rows, plan, resampled, memo)
     evidence, found, parts = _evidence(ch), [], []
     for n in sorted(registry):
         spec = registry[n]
         j = spec.judge(ch, **spec.params)
         parts.extend(j.parts)
-        power, seeds = finding_power(j.parts, j.tests, ch.typical_seeds)
+        power, seeds = finding_power(j.parts, j.tests, ch.typical_seeds) if with_power else (0.0, None)
         found.append(Finding(n, spec.claim, j.measured or "; ".join(p.measured for p in j.parts), combine(j.parts),
                              rule_text(n, j.tests, registry), "; ".join(p.where for p in j.parts if p.where), evidence, "", power, seeds))
     return found, parts

@@ -120,21 +120,24 @@ def planned_cells(preset) -> dict:
     p = get_preset(preset)
     return {(l, t): len(p.seeds) for l in p.losses for t in (p.taus if takes_tau(l) else (None,))}
 
-def check_rows(rows: list[dict], plan: dict | None = None, resampled: bool = False) -> Checked:
+def check_rows(rows: list[dict], plan: dict | None = None, resampled: bool = False, memo: dict | None = None) -> Checked:
     """Check `rows` before judging: raise JudgeError (one sentence) on a non-finite value, an accuracy that is not its record's, or
     a run counted twice (unless `resampled`: seeds drawn again with replacement repeat runs on purpose); recompute the flags from
     each row's own numbers; count each planned cell's usable seeds (`plan`: {(loss, τ): seeds}, default every cell any row names,
-    failed or not)."""
+    failed or not). `memo`: a dict the caller keeps, with the rows, across calls on the same row objects (seed resampling):
+    each row is checked and its flags recomputed once, on first sight."""
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise JudgeError(f"rows must be a list of dicts, the rows of results.json; got {type(rows).__name__}")
     live = [r for r in rows if not r.get("failed")]
     for r in live:
+        if memo is not None and id(r) in memo: continue
         _check_finite(r)
         _check_record(r)
+        if memo is not None: memo[id(r)] = recheck_flags(r)
     if not resampled: _check_duplicates(live)
     usable, notes = [], []
     for r in live:
-        flags = recheck_flags(r)
+        flags = recheck_flags(r) if memo is None else memo[id(r)]
         for key in ("collapsed", "converged"):
             if key in r and bool(r[key]) != flags[key]:
                 notes.append(f"run {r['run']} is flagged {key}={bool(r[key])}, its own numbers say {flags[key]}: judged by its numbers")

@@ -195,8 +195,8 @@ HISTORY = [  # the protocol's history; lesson 09 recomputes every number here fr
                 "0.02, Bonferroni within each finding, accuracies paired by test image); within them, variances pooled over τ was chosen "
                 "after per-cell variances (t ≈ 10 at the Bonferroni level with three seeds) had left finding 1 on the shipped rows "
                 "inconclusive; pooled, it is partly reproduced", verdicts=None),
-    dict(run="fifth-run (results.json)", commit="e85b96e", committed="2026-12-01 08:53:42",
-         seen="its protocol committed before it started (08:55:47 to 10:01:04, made.json); its finding rules committed while it ran (above)",
+    dict(run="fifth-run", commit="e85b96e", committed="2026-12-01 08:53:42", runs=42,
+         seen="its protocol committed before it started (08:55:47 to 10:01:04, fifth-run/made.json); its finding rules committed while it ran (above)",
          change="convergence and stretching decided from uniformity and alignment only (no test label read), τ = 0.3 added, the "
                 "probe's per-image correctness recorded", usable=42, stretched=4, verdicts=None, rejudged=("P", "U", "U", "U", "R", "R")),
     dict(run="judge", commit=None, seen="after every run above and every verdict of the fifth",
@@ -206,6 +206,13 @@ HISTORY = [  # the protocol's history; lesson 09 recomputes every number here fr
                 "trend); 'inconclusive' became 'undecided at this scale', with the power each finding had. On the fifth run it "
                 "changes no verdict but that word; on the first, whose ordinary cell at τ = 0.05 had one usable seed, it decides "
                 "nothing where the earlier rules had judged a smaller grid", verdicts=None),
+    dict(run="sixth-run (results.json)", commit="f968d3f", committed="2026-12-01 20:35:06", runs=42,
+         seen="after every verdict above, the fifth run's by the judge included; its regime chosen on CPU-seconds alone, by an "
+              "acceptance rule committed at 20:21:42 (eeeb14d, benchmarks/results/study.md) before its 7-run pilot started, the pilot "
+              "judged by the convergence criteria only; the full run started at 20:35:11 and finished at 21:13:14 (made.json)",
+         change="half the training: 100 epochs with a 10-epoch warm-up (lr drops at the same 80% and 95%), an unsettled run "
+                "stretched by 25 epochs at a time up to 200 (was 200, 20, 50 and 400), so that a run costs half the CPU-seconds",
+         usable=42, stretched=10, stretched_to="125 to 200", planned_epochs=100, verdicts=None, rejudged=("P", "U", "U", "U", "R", "R")),
 ]
 
 def _verdict_letters(found: list[Finding]) -> str:
@@ -245,21 +252,22 @@ def report_sections(rows: list[dict], resamples: int = 200) -> list[tuple[str, s
     for h in HISTORY:
         text = (f"{h['run']}" + (f" (commit {h['commit']}" + (f", {h['committed']} UTC" if h.get("committed") else "") + ")" if h.get("commit") else "")
                 + f", {h['seen']}: {h['change']}.")
-        if h.get("usable"): text += f" {h['usable']} of {42 if h['run'].startswith('fifth') else 36} runs usable."
+        if h.get("usable"): text += f" {h['usable']} of {h.get('runs', 36)} runs usable."
         if h.get("verdicts"): text += " Verdicts by the rules of that time: " + ", ".join(f"{i} {v}" for i, v in enumerate(h["verdicts"], 1)) + "."
         if h.get("rejudged"): text += " By this version's rules: " + ", ".join(f"{i} {v}" for i, v in enumerate(h["rejudged"], 1)) + "."
         if h.get("window_changes"): text += f" Its failing windows changed by {h['window_changes'][0]:+.2f} to {h['window_changes'][1]:+.2f}."
         if h.get("knn_misses"): text += (" Its three misses: kNN changes of " + ", ".join(f"{v:.4f}" for v in h["knn_misses"])
                                          + " against the tolerance 0.02.")
-        if h.get("stretched"): text += f" {h['stretched']} runs stretched to 250 epochs."
+        if h.get("stretched"): text += f" {h['stretched']} runs stretched to {h.get('stretched_to', 250)} epochs."
         lines.append(text)
     lines.append("R reproduced, P partly reproduced, N not reproduced, U undecided at this scale (this version's word), I inconclusive at this scale (the word of the rules before it).")
     history = ("Fixed before any verdict: the convergence tolerances and the pilot's choice of preset. "
                "Changed after verdicts had been seen: the measurement (first → second run), the stretch rule (second → third run: "
                "finding 4 moved from inconclusive to reproduced, with three runs no longer left out), and the finding rules "
                "themselves (the rules of 1f2e78a: on the fourth run they moved findings 1 and 5 from reproduced to partly reproduced and "
-               "finding 4 from reproduced to inconclusive), committed while the fifth run was under way, and the judge of this version, "
-               "written after the fifth run's verdicts. Step by step:\n\n" + "\n\n".join(lines))
+               "finding 4 from reproduced to inconclusive), committed while the fifth run was under way, the judge of this version, "
+               "written after the fifth run's verdicts, and the training length (sixth run: half of it, chosen on CPU-seconds by a rule "
+               "committed before its pilot, after all those verdicts). Step by step:\n\n" + "\n\n".join(lines))
     breaks = [f"Finding {f.number} ({f.verdict}): {f.where}." for f in found if f.where]
     where = ("\n\n".join(breaks) + "\n\nEach is drawn in orange in the figures above." if breaks else
              "No test contradicted a claim anywhere on the τ curve.")
