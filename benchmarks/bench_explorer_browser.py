@@ -3,10 +3,12 @@ tests only assert).
 
 * ``site``: the static site's temperature explorer (``explorables.html``, built here into a temporary folder with
   ``python -m ctl_explore.site --only '^index'``), one τ step with the keyboard → the four figures redrawn, as the
-  page's own timer measures it (the port's computation and ``Plotly.react``), at 390 × 844, 768 × 1024 and
+  page's own timer measures it (the port's computation and the redraw: ``Plotly.animate`` of the traces a τ or λ
+  step moves, without a full redraw), at 390 × 844, 768 × 1024 and
   1920 × 1080, with no CPU throttling and with 4× (``Emulation.setCPUThrottlingRate``); and one λ step (one figure).
-* ``--lab``: the JupyterLab explorer, key press → r_i curve redrawn in the page, by running
-  ``tests/test_explorer_browser.py`` with ``CTL_BENCH_OUT`` set.
+* ``--lab``: the JupyterLab explorer, key press → r_i curve redrawn in the page (20 presses: median, 10th and 90th
+  percentiles, range, and the 1-minute load average before and after), by running ``tests/test_explorer_browser.py``
+  with ``CTL_BENCH_OUT`` set. Goal (issue 30 item 6): median at most 100 ms on 2 cores.
 
 Usage: ``python benchmarks/bench_explorer_browser.py [--site DIR] [--lab]``. Say whether the machine was quiet or
 loaded: the script records the load average before and after.

@@ -9,11 +9,13 @@ import math
 from contextlib import contextmanager
 from functools import lru_cache
 
+import anywidget
 import ipywidgets as widgets
 import numpy as np
 import plotly.graph_objects as go
 import torch
 import torch.nn.functional as F
+import traitlets
 from fastcore.basics import patch
 from torch import Tensor
 
@@ -30,9 +32,9 @@ from .metrics import sphere_uniformity_limit, tolerance, uniformity
 __all__ = ['TAU_RANGE', 'ALPHA_RANGE', 'LAM_RANGE', 'POS_RANGE', 'MAX_K', 'SOURCES', 'SYNTHETIC_POSITIVE', 'TAU_GRID',
            'REFERENCE_TAUS', 'N_BINS', 'N_TOP', 'PLAYGROUND_PARAMS', 'LOSSES', 'max_negatives', 'digit_similarities',
            'similarity_set', 'entropy_curve', 'loss_curves', 'limit_regimes', 'penalty_figure', 'entropy_figure',
-           'loss_figure', 'regime_labels', 'gradient_figure', 'update_figure', 'batched', 'TemperatureExplorer',
-           'temperature_explorer', 'class_clusters', 'playground_losses', 'sphere_loss', 'sphere_step', 'simulate',
-           'HyperspherePlayground', 'hypersphere_playground']
+           'loss_figure', 'regime_labels', 'gradient_figure', 'update_figure', 'batched', 'ExplorerFigures',
+           'TemperatureExplorer', 'temperature_explorer', 'class_clusters', 'playground_losses', 'sphere_loss',
+           'sphere_step', 'simulate', 'HyperspherePlayground', 'hypersphere_playground']
 
 # %% ../nbs/17_explorer_machinery.ipynb #030e6dd2
 TAU_RANGE = (0.01, 10.0)    # temperature τ
@@ -269,9 +271,37 @@ def _one_thread():
     try: yield
     finally: torch.set_num_threads(n_threads)
 
+# %% ../nbs/17_explorer_machinery.ipynb #b81e2d02
+@lru_cache(maxsize=2)
+def _widget_esm(*scripts: str) -> str:
+    "A widget's front end: plotly.js (unless the page has it already), then `scripts` from `ctl_explore/templates/`."
+    from plotly.offline import get_plotlyjs
+    from ctl_explore.html import package_text
+    return "if (!globalThis.Plotly) {\n" + get_plotlyjs() + "\n}\n" + "\n".join(package_text(name) for name in scripts)
+
+class ExplorerFigures(anywidget.AnyWidget):
+    "The explorer's four figures, computed and drawn in the browser from these traits (the page's sliders set them there)."
+    tau = traitlets.Float(0.2).tag(sync=True)
+    alpha = traitlets.Float(0.1).tag(sync=True)
+    lam = traitlets.Float(1 / 256).tag(sync=True)
+    pos = traitlets.Float(SYNTHETIC_POSITIVE).tag(sync=True)
+    k = traitlets.Int(256).tag(sync=True)
+    source_index = traitlets.Int(0).tag(sync=True)  # the index in `SOURCES`, as a Dropdown's front end holds it
+    log_r = traitlets.Bool(False).tag(sync=True)
+    spec = traitlets.Dict().tag(sync=True)          # appendix 92's `explorer_spec`: the negatives' draws, the τ axis, the empty figures
+    _esm = property(lambda self: _widget_esm("explorables.js", "explorer-widget.js"))
+    _css = ".ctl-live-figures .ctl-x-figures { display: grid; grid-template-columns: repeat(2, minmax(0, 1fr)); gap: 0.5em; }\n" \
+           ".ctl-live-figures .ctl-x-plot { min-width: 0; }"
+
+    def __init__(self, tau=0.2, alpha=0.1, lam=1 / 256, source="spread", k=256, pos=SYNTHETIC_POSITIVE, seed=0, log_r=False):
+        from ctl_explore.explorables import explorer_spec  # appendix 92 builds on this module
+        spec = explorer_spec(tau, alpha, lam, source, k, pos, seed, log_r)
+        super().__init__(tau=tau, alpha=alpha, lam=lam, pos=pos, k=k, source_index=list(SOURCES).index(source), log_r=log_r,
+                         spec={**spec, "source_keys": list(SOURCES)})
+
 # %% ../nbs/17_explorer_machinery.ipynb #94edbd56
 class TemperatureExplorer(widgets.VBox):
-    "τ, α, λ, s_ii and the negatives on sliders; [WL21] Fig 3, H(r_i), the loss with Eq 6/7, and Eq 4 redrawn in place."
+    "τ, α, λ, s_ii and the negatives on sliders; [WL21] Fig 3, H(r_i), the loss with Eq 6/7, and Eq 4 redrawn in place, in the browser."
     def __init__(self,
                  tau: float = 0.2,          # temperature, in `TAU_RANGE`
                  alpha: float = 0.1,        # fraction of negatives the hard loss keeps, in `ALPHA_RANGE`
@@ -296,15 +326,19 @@ class TemperatureExplorer(widgets.VBox):
         self.pos_slider = widgets.FloatSlider(value=pos, min=POS_RANGE[0], max=POS_RANGE[1], step=0.01, description="s_ii")
         self.log_r_checkbox = widgets.Checkbox(value=False, description="log scale for r_i", indent=False)
         self.readout = widgets.HTML()
+        # the kernel's copy of the four figures (checked below); the page's are drawn by `figures`, in the browser
         self.fig_penalty, self.fig_entropy, self.fig_loss, self.fig_grad = (
-            go.FigureWidget(build()) for build in (penalty_figure, entropy_figure, loss_figure, gradient_figure))
+            build() for build in (penalty_figure, entropy_figure, loss_figure, gradient_figure))
+        self.figures = ExplorerFigures(tau, alpha, lam, source, k, pos, seed)
+        self.links = [widgets.jslink((control, "value"), (self.figures, trait))  # in the browser: no round trip to the kernel
+                      for control, trait in [(self.tau_slider, "tau"), (self.alpha_slider, "alpha"), (self.lam_slider, "lam"),
+                                             (self.pos_slider, "pos"), (self.k_slider, "k"), (self.log_r_checkbox, "log_r")]]
+        self.links.append(widgets.jslink((self.source_dropdown, "index"), (self.figures, "source_index")))
         controls = widgets.HBox([widgets.VBox([self.tau_slider, self.alpha_slider, self.lam_slider]),
                                  widgets.VBox([self.source_dropdown, self.k_slider, self.pos_slider, self.log_r_checkbox])])
-        figures = widgets.GridBox([self.fig_penalty, self.fig_entropy, self.fig_loss, self.fig_grad],
-                                  layout=widgets.Layout(grid_template_columns="repeat(2, 460px)"))
-        super().__init__([controls, self.readout, figures])
+        super().__init__([controls, self.readout, self.figures])
         self.add_class("ctl-temperature-explorer")
-        self.tau_slider.add_class("ctl-tau-slider")
+        self.tau_slider.add_class("ctl-tau-slider"); self.lam_slider.add_class("ctl-lam-slider")
         with _one_thread(), batched(): self._load_negatives()
         for widget, update in [(self.tau_slider, self._update_tau), (self.alpha_slider, self._update_alpha),
                                (self.lam_slider, self._update_lam), (self.pos_slider, self._update_pos),
@@ -318,7 +352,7 @@ class TemperatureExplorer(widgets.VBox):
     pos = property(lambda self: self.pos_slider.value, doc="The current positive similarity s_ii.")
 
     def _on_change(self, update):
-        "Run `update` for a changed control (unless the change came from another control's update): one message per figure it changes."
+        "Run `update` for a changed control (unless the change came from another control's update): the kernel's figures, and the readout."
         if self._quiet_depth: return
         with _one_thread(), batched(): update()
 
@@ -608,15 +642,16 @@ class HyperspherePlayground(widgets.VBox):
         self.run_button = widgets.Button(description="run N steps", icon="play", button_style="primary")
         self.reset_button = widgets.Button(description="reset", icon="undo")
         self.readout = widgets.HTML()
-        self.fig_sphere, self.fig_history = go.FigureWidget(_sphere_figure(n_classes)), go.FigureWidget(_history_figure())
+        self.fig_sphere, self.fig_history = _sphere_figure(n_classes), _history_figure()
         self.step_button.on_click(lambda _: self.step(1))
         self.run_button.on_click(lambda _: self.step(self.steps_input.value))
         self.reset_button.on_click(lambda _: self.reset())
         controls = widgets.HBox([widgets.VBox([self.loss_dropdown, self.tau_slider, self.alpha_slider, self.lam_slider]),
                                  widgets.VBox([self.steps_input, widgets.HBox([self.step_button, self.run_button]), self.reset_button])])
+        self.reset()  # the starting point, drawn into the figures before they become widgets: the page's first state holds it
+        self.fig_sphere, self.fig_history = go.FigureWidget(self.fig_sphere), go.FigureWidget(self.fig_history)
         super().__init__([controls, self.readout, widgets.HBox([self.fig_sphere, self.fig_history])])
         self.add_class("ctl-hypersphere-playground")
-        self.reset()
 
 # %% ../nbs/17_explorer_machinery.ipynb #c2e558c5
 @patch
@@ -649,14 +684,24 @@ def step(self: HyperspherePlayground, n: int = 1):
         for b in buttons: b.disabled = False
 
 # %% ../nbs/17_explorer_machinery.ipynb #85da587b
+def _padded(values: list[float], min_span: float) -> list[float]:
+    "An axis range around `values`, at least `min_span` wide (one value sits in its middle), with 10 % to spare."
+    low, high = min(values), max(values)
+    pad = 0.1 * max(high - low, min_span) + max(min_span - (high - low), 0) / 2
+    return [low - pad, high + pad]
+
 @patch
 def _redraw(self: HyperspherePlayground):
     z = self.z.numpy()
     by_class = [np.ascontiguousarray(z[(self.labels == c).numpy()].T) for c in range(len(self.fig_sphere.data) - 1)]
     update_figure(self.fig_sphere, {c: dict(x=xyz[0], y=xyz[1], z=xyz[2]) for c, xyz in enumerate(by_class)})
     steps = np.array(self.history["step"])  # copies: the lists keep growing
+    # axes that show where the run starts and where the next N steps end, with the uniform limit in view
+    n, limit = max(self.n_steps, self.steps_input.value), sphere_uniformity_limit(3)
     update_figure(self.fig_history, {i: dict(x=steps, y=np.array(self.history[name]))
-                                     for i, name in enumerate(("uniformity", "tolerance"))})
+                                     for i, name in enumerate(("uniformity", "tolerance"))},
+                  {"xaxis.range": [-0.02 * n, 1.02 * n], "yaxis.range": _padded(self.history["uniformity"] + [limit], 0.2),
+                   "yaxis2.range": _padded(self.history["tolerance"], 0.1)})
     u, t = self.history["uniformity"][-1], self.history["tolerance"][-1]
     self.readout.value = render("playground-readout.html.j2", n_steps=self.n_steps, uniformity=u, tolerance=t,
                                 objective=None if math.isnan(self.objective) else self.objective,

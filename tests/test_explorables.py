@@ -11,7 +11,7 @@ relative (to each number for r_i and the gradients, to the curve's largest value
 near zero are sums taken in another order); the replay's points are the library's rounded to int16 (within 2e-5).
 Throughout, no console error, no page error and no request outside ``file://``.
 
-The page's own timer (one update: the port's computation and ``Plotly.react`` of the four figures) is written with
+The page's own timer (one update: the port's computation and the redraw of the figures it moves) is written with
 the build's time to ``explorables_timing.json`` in a temporary folder (``CTL_ARTIFACTS`` names another).
 """
 from __future__ import annotations

@@ -131,6 +131,20 @@
       else { delete f.layout[k].range; f.layout[k].autorange = true; }
     });
   }
+  // A redraw of some traces only: no transition, no full redraw (Plotly.animate's fast path for scatter and bar traces)
+  var FAST = {transition: {duration: 0}, frame: {duration: 0, redraw: false}, mode: "immediate"};
+  function fitted(values, log) {  // an axis range that shows every value, padded by 5 % (log: in decades, of the values > 0)
+    var lo = Infinity, hi = -Infinity;
+    for (var i = 0; i < values.length; i++) {
+      var v = values[i];
+      if (v == null || !isFinite(v) || (log && !(v > 0))) continue;
+      v = log ? Math.log10(v) : v;
+      if (v < lo) lo = v; if (v > hi) hi = v;
+    }
+    if (!(hi >= lo)) return null;
+    var pad = 0.05 * (hi - lo || Math.abs(hi) || 1);
+    return [lo - pad, hi + pad];
+  }
   function plotLabel(div, f) {
     var t = f.layout.title; t = t && (t.text || t);
     div.setAttribute("role", "img"); if (t) div.setAttribute("aria-label", String(t));
@@ -167,10 +181,13 @@
   }
 
   // ---- the temperature explorer ------------------------------------------------------------------------------
-  function TemperatureExplorer(host, spec) {
+  // figuresOnly: the four figures alone, moved by whoever sets this.state and calls request() (lesson 02's widget in
+  // JupyterLab, whose sliders are ipywidgets): no controls, no readout, no address.
+  function TemperatureExplorer(host, spec, figuresOnly) {
     var self = this, s = copy(spec.state);
-    this.host = host; this.spec = spec; this.state = s; this.timings = [];
+    this.host = host; this.spec = spec; this.state = s; this.timings = []; this.figuresOnly = !!figuresOnly;
     host.ctlState = s; host.ctlTimings = this.timings; host.ctlExplorable = this;
+    if (figuresOnly) { this.figures(el("div", {"class": "ctl-x-figures"}, host)); return; }
     var panel = el("div", {"class": "ctl-x-controls"}, host), note = el("div", {"class": "ctl-x-readout"}, host);
     var grid = el("div", {"class": "ctl-x-figures"}, host);
     this.readout = note;
@@ -225,16 +242,20 @@
       self.apply(st);
     });
     this.presetSelect = presets;
-    this.figs = {}; this.divs = {};
-    ["penalty", "entropy", "loss", "gradient"].forEach(function (name) {
-      self.figs[name] = figure(spec, name);
-      self.divs[name] = el("div", {"class": "ctl-x-plot", "data-ctl-plot": name}, grid);
-      plotLabel(self.divs[name], self.figs[name]);
-    });
+    this.figures(grid);
     var fromUrl = readHash(spec);
     if (fromUrl) Object.keys(fromUrl).forEach(function (key) { s[key] = fromUrl[key]; });
     if (fromUrl) this.setControls();
   }
+  TemperatureExplorer.prototype.figures = function (grid) {  // the four empty figures' divs
+    var self = this;
+    this.figs = {}; this.divs = {};
+    ["penalty", "entropy", "loss", "gradient"].forEach(function (name) {
+      self.figs[name] = figure(self.spec, name);
+      self.divs[name] = el("div", {"class": "ctl-x-plot", "data-ctl-plot": name}, grid);
+      plotLabel(self.divs[name], self.figs[name]);
+    });
+  };
   // [WL21] Fig 3 and the settings lesson 02's exercises start from (the settings, not the answers)
   var PRESETS = [
     {label: "[WL21] Fig 3: r_i at τ = 0.07 (K = 256 spread)", state: {source: "spread", k: 256, tau: 0.07, alpha: 0.1, log_r: false}},
@@ -332,6 +353,7 @@
     // what depends on τ (every update but λ's and the log scale's redraws it: cheap next to plotting)
     var r = this.r = M.relativePenalty(neg, s.tau), rh = this.rHard = M.relativePenalty(neg, s.tau, s.alpha);
     F.penalty.data[0].x = neg; F.penalty.data[0].y = r; F.penalty.data[1].x = neg; F.penalty.data[1].y = rh;
+    F.penalty.data[0].meta = {tau: s.tau}; F.penalty.data[1].meta = {tau: s.tau, alpha: s.alpha};
     this.h = M.penaltyEntropy(neg, s.tau); this.hHard = M.penaltyEntropy(neg, s.tau, s.alpha);
     F.entropy.data[2].x = [s.tau]; F.entropy.data[2].y = [this.h]; F.entropy.data[3].x = [s.tau]; F.entropy.data[3].y = [this.hHard];
     this.loss = M.contrastiveLoss(s.pos, neg, s.tau);
@@ -345,24 +367,38 @@
     }
     heights.push(rest); texts.push((k - nTop) + " negatives");
     heights.forEach(function (hgt, i) { F.gradient.data[i].y = [hgt]; F.gradient.data[i].hovertext = [texts[i]]; });
-    this.readout.innerHTML = this.readoutHtml();
+    if (this.readout) this.readout.innerHTML = this.readoutHtml();
     // only the figures this change moves: λ and the log scale move r_i's plot alone, α the two of r_i and H(r_i),
     // s_ii the loss and the bars; τ, K and the set move all four
     var all = what.init || what.source || what.k || what.tau;
     var moved = {penalty: all || what.alpha || what.lam || what.log_r, entropy: all || what.alpha,
                  loss: all || what.pos, gradient: all || what.pos};
-    var ranges = {penalty: {yaxis2: this.histRange}, loss: {yaxis: this.lossRange}};
+    // the axes that move with τ and λ scale to what they show, as autoscale would, on every redraw
+    var rAxis = [];
+    for (var t = 0; t < 7; t++) rAxis = rAxis.concat(F.penalty.data[t].y);
+    var ranges = {penalty: {yaxis: fitted(rAxis, s.log_r), yaxis2: this.histRange}, loss: {yaxis: this.lossRange},
+                  gradient: {yaxis: [0, 1.05 * Math.max(heights[0], heights.slice(1).reduce(function (a, b) { return a + b; }, 0))]}};
+    // τ and λ move only traces and the two linear axes above: their redraw replaces those traces alone (Plotly.animate
+    // without a full redraw, 2-4× faster than Plotly.react). The other changes move shapes, labels or axis types, and
+    // a log axis is not moved that way: a full redraw.
+    var fast = !(what.init || what.source || what.k || what.alpha || what.pos || what.log_r || s.log_r) && this.drawn;
+    var traces = {penalty: (what.tau ? [0, 1] : []).concat(what.lam ? [6] : []), entropy: [2, 3], loss: [3], gradient: [0, 1, 2, 3, 4, 5, 6]};
     var names = ["penalty", "entropy", "loss", "gradient"].filter(function (name) { return moved[name]; });
-    s.redrawn = names;
+    s.redrawn = names; s.fast = !!fast;
     var drawn = names.map(function (name) {
       var fig = F[name], div = self.divs[name];
+      if (fast) {  // the new range goes with the traces (fig.layout is the plot's own: plotly compares against it)
+        var layout = name === "penalty" || name === "gradient" ? {yaxis: {range: ranges[name].yaxis, autorange: false}} : {};
+        return Plotly.animate(div, {data: traces[name].map(function (i) { return fig.data[i]; }), traces: traces[name], layout: layout},
+                              FAST);
+      }
       fitAxes(fig, ranges[name]);
       fig.layout.datarevision = (fig.layout.datarevision || 0) + 1;
       return Plotly.react(div, fig.data, fig.layout, CONFIG);
     });
-    if (!what.init || location.hash.indexOf(HASH) === 0 || this.touched) this.writeHash();
+    if (!this.figuresOnly && (!what.init || location.hash.indexOf(HASH) === 0 || this.touched)) this.writeHash();
     if (!what.init) this.touched = true;
-    return Promise.all(drawn).then(function () { self.timings.push(performance.now() - t0); s.updates = (s.updates || 0) + 1; });
+    return Promise.all(drawn).then(function () { self.drawn = true; self.timings.push(performance.now() - t0); s.updates = (s.updates || 0) + 1; });
   };
   TemperatureExplorer.prototype.readoutHtml = function () {
     var s = this.state, neg = this.neg, k = neg.length, r = this.r, rh = this.rHard;
@@ -506,7 +542,7 @@
                "temperature-explorer": function (host, spec) { var x = new TemperatureExplorer(host, spec); return x.update("init"); },
                "hypersphere-replay": function (host, spec) { return new Replay(host, spec).show(); }};
   window.ctlExplorables = {
-    math: M,
+    math: M, TemperatureExplorer: TemperatureExplorer,
     init: function () {
       return Promise.all(Array.prototype.map.call(document.querySelectorAll("div.ctl-explorable"), function (host) {
         var spec = JSON.parse(host.querySelector("script[type='application/json']").textContent);
