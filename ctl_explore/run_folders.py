@@ -290,6 +290,18 @@ def _busy(folder: Path, lock_file: Path) -> RunBusyError:
     return RunBusyError(f"{folder} is being written by {_lock_owner(lock_file)}: one run folder takes one writer at a time. "
                         "Wait for it to finish, or choose another output folder.")
 
+def _foreign_lock(folder: Path) -> str | None:
+    """The name of a lock file in the unmarked `folder` that no lock of this module wrote (it holds something other than a
+    process id), which taking the lock would overwrite or delete; None when there is none."""
+    if _marked(folder): return None
+    for name, ours in ((LOCK_NAME, r"(?:\d+\n)?"), (SOFT_LOCK_NAME, r"(?s).*^(?:pid=)?\d+$.*")):
+        path = folder / name
+        if path.is_symlink() or not path.exists(): continue
+        try: text = read_regular(path).decode()
+        except (OSError, UnicodeDecodeError): return name
+        if not re.fullmatch(ours, text, re.M): return name
+    return None
+
 def _take(folder: Path) -> filelock.BaseFileLock:
     """The folder's lock, taken at once, or a `RunBusyError` naming its holder: filelock's `flock` on `.lock`, or where
     the file system refuses `flock`, filelock's `SoftFileLock` (the file `.soft_lock` exists while a writer holds it)."""
@@ -336,6 +348,10 @@ def run_lock(out_dir: str | Path) -> Iterator[Path]:
         if held and held[1] == threading.get_ident(): held[2] += 1  # nested in the thread that holds it
         elif held: raise RunBusyError(f"{folder} is being written by another thread of this process; use another folder")
         else:
+            foreign = _foreign_lock(folder)
+            if foreign: raise RunFolderError(f"{folder / foreign} is not a lock file of ctl_explore's (it holds something else) and the "
+                                             f"folder carries no {RUN_MARKER} marker, so it may be a user's file: it is neither "
+                                             f"overwritten nor deleted. Move it away, or use another folder.")
             _HELD[key], taken = [_take(folder), threading.get_ident(), 1], True
     try:
         if taken:
@@ -412,8 +428,9 @@ def check_run_folder(
     if not ours and not present and leftovers:
         name = leftovers[0]
         raise RunFolderError(f"{folder} holds {name}, which pretrain did not write (the folder has no {RUN_MARKER} marker), so "
-                             f"pretrain neither deletes nor overwrites it: choose another output folder, or move {name} away "
-                             f"(a pretrain killed before it marked the folder leaves its {LOCK_NAME}: delete it when no run writes there)")
+                             f"pretrain neither deletes nor overwrites it: choose another output folder, or move {name} away"
+                             + (" (a pretrain killed before it marked the folder leaves its lock file: delete it when no run writes "
+                                "there)" if name in (LOCK_NAME, SOFT_LOCK_NAME) else ""))
     if present and not ours:
         why = None
         if "config.json" in present:
