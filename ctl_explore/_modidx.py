@@ -804,6 +804,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                   'ctl_explore/run_folders.py'),
                                          'ctl_explore.run_folders._write_pid': ( 'run_folders.html#_write_pid',
                                                                                  'ctl_explore/run_folders.py'),
+                                         'ctl_explore.run_folders.append_text': ( 'run_folders.html#append_text',
+                                                                                  'ctl_explore/run_folders.py'),
                                          'ctl_explore.run_folders.check_run_folder': ( 'run_folders.html#check_run_folder',
                                                                                        'ctl_explore/run_folders.py'),
                                          'ctl_explore.run_folders.json_text': ('run_folders.html#json_text', 'ctl_explore/run_folders.py'),

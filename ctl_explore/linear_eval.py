@@ -54,11 +54,15 @@ class LinearEvalConfig:
         if not isinstance(self.lr_drops, (tuple, list)): raise ValueError(f"lr_drops must be a sequence of fractions, got {self.lr_drops!r}")
         if len(self.lr_drops) > 100: raise ValueError(f"lr_drops must hold at most 100 fractions, got {len(self.lr_drops)}")
         self.lr_drops = tuple(check_in_range("each of lr_drops", f, 0, 1, low_open=True, why="fractions of the epochs") for f in self.lr_drops)
-        self.epochs = check_int("epochs", self.epochs, 1, MAX_PROBE_EPOCHS, why="[WL21]'s probe trains 100; a larger count would train for days")
-        self.batch_size = check_int("batch_size", self.batch_size, 1, MAX_PROBE_BATCH, why="images per step")
+        # each first as it must be at all (its own sentence), then below the bound past which it is a typo or an overflow
+        self.epochs = check_int("epochs", check_int("epochs", self.epochs, 1), 1, MAX_PROBE_EPOCHS,
+                                why="[WL21]'s probe trains 100; a larger count would train for days")
+        self.batch_size = check_int("batch_size", check_int("batch_size", self.batch_size, 1), 1, MAX_PROBE_BATCH, why="images per step")
         self.seed = check_int("seed", self.seed, -2**63, 2**63 - 2, why="torch's generators take 64-bit seeds, and the augmented probe's is seed + 1")
-        self.lr = check_in_range("lr", self.lr, 0, MAX_LR, low_open=True, why="SGD applies it as a float32, whose largest value is 3.4e38; [WL21]'s is 30")
-        self.weight_decay = check_in_range("weight_decay", self.weight_decay, 0, MAX_WEIGHT_DECAY, why="SGD applies it as a float32, whose largest value is 3.4e38")
+        self.lr = check_in_range("lr", check_positive("lr", self.lr), 0, MAX_LR, low_open=True,
+                                 why="SGD applies it as a float32, whose largest value is 3.4e38; [WL21]'s is 30")
+        self.weight_decay = check_in_range("weight_decay", check_nonnegative("weight_decay", self.weight_decay), 0, MAX_WEIGHT_DECAY,
+                                           why="SGD applies it as a float32, whose largest value is 3.4e38")
         self.momentum = check_in_range("momentum", self.momentum, 0, 1, high_open=True)
         self.precision = check_choice("precision", self.precision, PROBE_PRECISIONS)
         self.drop_factor = check_in_range("drop_factor", self.drop_factor, 0, 1, low_open=True)

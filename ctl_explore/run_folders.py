@@ -27,9 +27,9 @@ import torch
 # %% auto #0
 __all__ = ['CHECKPOINT_FORMAT', 'STATE_KEYS', 'LOCK_NAME', 'SOFT_LOCK_NAME', 'RUN_MARKER', 'PRETRAIN_FILES', 'DERIVED_FILES',
            'STALE_ON_TRAINING', 'RUN_FOLDER_FILES', 'CheckpointError', 'RunFolderError', 'RunBusyError', 'write_error',
-           'write_atomic', 'nonfinite_at', 'json_text', 'write_json_atomic', 'read_regular', 'save_checkpoint',
-           'read_checkpoint', 'run_lock', 'check_run_folder', 'mark_run_folder', 'remove_stale_measurements',
-           'read_json', 'read_config', 'read_metrics']
+           'write_atomic', 'append_text', 'nonfinite_at', 'json_text', 'write_json_atomic', 'read_regular',
+           'save_checkpoint', 'read_checkpoint', 'run_lock', 'check_run_folder', 'mark_run_folder',
+           'remove_stale_measurements', 'read_json', 'read_config', 'read_metrics']
 
 # %% ../nbs/18_run_folders.ipynb #681f1750
 class CheckpointError(RuntimeError):
@@ -99,6 +99,17 @@ def write_atomic(path: str | Path, write: Callable) -> None:
         disk = e if isinstance(e, OSError) else sink.error if sink is not None and isinstance(e, RuntimeError) else None
         if disk is not None: raise write_error(path, disk) from None
         raise
+
+def append_text(path: str | Path, text: str) -> None:
+    "Append `text` to the file `path` (created if missing, never through a symbolic link), flushed; a disk error is an `OSError` naming `path`."
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o644)
+        with os.fdopen(fd, "a") as f:
+            f.write(text)
+            f.flush()
+    except OSError as e:
+        if e.errno == errno.ELOOP: raise RunFolderError(f"{path} is a symbolic link; it is never written through. Remove the link.") from None
+        raise write_error(path, e) from None
 
 def nonfinite_at(obj, where: str = "") -> tuple[str, float] | None:
     "Where in `obj` (dicts, lists) the first float JSON cannot hold (NaN, ±infinity) sits, as `trajectory[2].alignment`, and the value."

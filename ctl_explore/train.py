@@ -130,7 +130,7 @@ class PretrainConfig:
             raise ValueError(f"loss {self.loss!r} compares the two views of each batch, so it needs negatives='batch' "
                              f"(got negatives={self.negatives!r}); the memory bank serves only {', '.join(loss_names('similarity'))}")
         # the checks return plain Python values (a NumPy integer becomes an int), so that the configuration writes as JSON
-        self.epochs = check_int("epochs", self.epochs, 1, MAX_EPOCHS, why="[WL21] trains 200; a larger count would train for weeks")
+        self.epochs = check_int("epochs", check_int("epochs", self.epochs, 1), 1, MAX_EPOCHS, why="[WL21] trains 200; a larger count would train for weeks")
         for name in ("knn_k", "eval_batch_size", "eval_every"): setattr(self, name, check_int(name, getattr(self, name), 1))
         for name in ("width", "out_dim"): setattr(self, name, check_int(name, getattr(self, name), 1, MAX_SIZES[name][0], why=MAX_SIZES[name][1]))
         self.batch_size = check_int("batch_size", self.batch_size, 2, why="each anchor needs another image")

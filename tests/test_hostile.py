@@ -83,7 +83,7 @@ ROW = SHIPPED[0]  # contrastive, τ 0.05, seed 0: a trajectory of 40 epochs, a p
 RESEALED = {  # name: (the edit, what the sentence names)
     "accuracy beside another per-image record": (dict(linear_top1=0.9986), "linear_top1 is 0.998600, but its per-image record gives"),
     "a record shorter than the test set": (dict(probe_correct=ROW["probe_correct"][:-1]), "holds 358 test images, but n_test is 359"),
-    "NaN in alignment_change": (dict(alignment_change=math.nan), "alignment_change is nan"),
+    "NaN in alignment_change": (dict(alignment_change=math.nan), "alignment_change must be a finite number, or null, got nan"),
     "NaN in the criteria": (dict(criteria={**ROW["criteria"], "window": math.nan}), "criteria.window is nan"),
     "infinity in a field of its own": (dict(note=math.inf), "note is inf"),
     "a trajectory cut short": (dict(trajectory=ROW["trajectory"][:-3]), "trajectory lacks the measured epochs 190, 195, 200"),
@@ -361,3 +361,9 @@ def test_no_space_left_names_the_file_being_written(tmp_path, capsys, full_disk)
         assert "its disk is full" in str(info.value) and not list(tmp_path.iterdir())
     code, err = run_main(capsys, "pretrain", "--out", str(tmp_path / "run"), "--epochs", "1", *TINY_ARGS)
     assert code == 1 and f"{tmp_path / 'run'}{os.sep}" in err and "No space left on device" in err and "Traceback" not in err, err
+    with pytest.raises(OSError) as info: run_folders.append_text(tmp_path / "metrics.jsonl", "{}\n")  # a line of the records
+    assert info.value.errno == errno.ENOSPC and str(tmp_path / "metrics.jsonl") in str(info.value)
+    from ctl_explore.site import SiteError, _write
+    (tmp_path / "_site").mkdir()
+    with pytest.raises(SiteError, match=r"cannot write .*_site/index.html \(No space left on device\)"):
+        _write(tmp_path / "_site", tmp_path / "_site" / "index.html", "<html></html>")

@@ -142,7 +142,9 @@ def row_problems(row, required: tuple[str, ...] = ()) -> list[str]:
     rules = FIELD_RULES
     problems = [f"{k} is missing" for k in required if k not in row]
     for k, v in row.items():
-        if k in rules and not rules[k][0](v): problems.append(f"{k} must be {rules[k][1]}, got {_short(v)}")
+        if k in rules and not rules[k][0](v):
+            nested = nonfinite_at(v, k) if isinstance(v, (dict, list)) else None  # a NaN inside: named where it sits
+            problems.append(f"{nested[0]} is {nested[1]}, not a finite number" if nested else f"{k} must be {rules[k][1]}, got {_short(v)}")
     return problems
 
 def nonfinite_problem(row) -> str | None:
@@ -246,13 +248,13 @@ def saved_row(run_dir: str | Path, config: PretrainConfig, stretch: tuple[int, i
     try: row = json.loads(read_regular(path))
     except (OSError, ValueError) as e: return again(f"is unreadable ({type(e).__name__}: {e})")
     if not isinstance(row, dict): return again(f"holds a {type(row).__name__}, not a result row")
-    if nonfinite_problem(row): return again(f"is not a valid result row ({nonfinite_problem(row)})")
     if "checksum" not in row: return again("carries no checksum (written by an older version of the package, or by hand)")
     if row["checksum"] != row_checksum(row): return again("does not match its checksum (a value in it was edited or damaged)")
     if row.get("result_format") != RESULT_FORMAT:
         return again(f"is of result format {row.get('result_format')!r}, not this version's {RESULT_FORMAT!r}")
     failed = "failed" in row
     problems = row_problems(row, FAILED_KEYS if failed else tuple(RESULT_KEYS) + ("probe", "config", "checkpoint"))
+    problems = problems or [p for p in [nonfinite_problem(row)] if p]  # a NaN in a field no rule reads
     if problems: return again(f"is not a valid result row ({'; '.join(problems[:3])})")
     if row["run"] != run_dir.name: return again(f"names run {row['run']!r}, not its folder's {run_dir.name!r}")
     mismatches = [] if failed else row_mismatches(row)
@@ -396,7 +398,8 @@ def load_results(path: str | Path) -> list[dict]:
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise StudyError(f"{path} does not hold a study's rows (a list of results with {', '.join(RESULT_KEYS)})")
     for i, r in enumerate(rows):
-        problems = [nonfinite_problem(r)] if nonfinite_problem(r) else row_problems(r, FAILED_KEYS if "failed" in r else tuple(RESULT_KEYS))
+        problems = row_problems(r, FAILED_KEYS if "failed" in r else tuple(RESULT_KEYS))
+        problems = problems or [p for p in [nonfinite_problem(r)] if p]  # a NaN in a field no rule reads
         problems = problems or ([] if "failed" in r else row_mismatches(r))  # its summaries against its own records
         if problems:
             name = r["run"] if FIELD_RULES["run"][0](r.get("run")) else f"number {i + 1}"
