@@ -12,6 +12,7 @@ import json
 import math
 import os
 import re
+import stat
 import tempfile
 import threading
 import warnings
@@ -25,8 +26,9 @@ import torch
 
 # %% auto #0
 __all__ = ['CHECKPOINT_FORMAT', 'STATE_KEYS', 'LOCK_NAME', 'SOFT_LOCK_NAME', 'RUN_MARKER', 'PRETRAIN_FILES', 'DERIVED_FILES',
-           'STALE_ON_TRAINING', 'RUN_FOLDER_FILES', 'CheckpointError', 'RunFolderError', 'RunBusyError', 'write_atomic',
-           'write_json_atomic', 'save_checkpoint', 'read_checkpoint', 'run_lock', 'check_run_folder', 'mark_run_folder',
+           'STALE_ON_TRAINING', 'RUN_FOLDER_FILES', 'CheckpointError', 'RunFolderError', 'RunBusyError', 'write_error',
+           'write_atomic', 'append_text', 'nonfinite_at', 'json_text', 'write_json_atomic', 'read_regular',
+           'save_checkpoint', 'read_checkpoint', 'run_lock', 'check_run_folder', 'mark_run_folder',
            'remove_stale_measurements', 'read_json', 'read_config', 'read_metrics']
 
 # %% ../nbs/18_run_folders.ipynb #681f1750
@@ -45,28 +47,103 @@ def _fsync_dir(folder: Path) -> None:
     try: os.fsync(fd)
     finally: os.close(fd)
 
+_WRITE_ADVICE = {errno.ENOSPC: "its disk is full: free some space, or write into another folder",
+                 errno.EDQUOT: "the disk quota is used up: free some space, or write into another folder",
+                 errno.EROFS: "its file system is mounted read-only: write into another folder",
+                 errno.EFBIG: "the file system takes no file this large: write into another folder",
+                 errno.EACCES: "make the folder writable, or write into another folder",
+                 errno.EPERM: "make the folder writable, or write into another folder",
+                 errno.EIO: "the disk reported an input/output error: check it, or write into another folder"}
+
+def write_error(path: str | Path, e: OSError) -> OSError:
+    """`e`, raised while writing `path`, as an error of the same kind that names the file: a full disk's error names none
+    ("No space left on device"). Its message reads `<path>: <what happened> (<what to do>)` on the command line."""
+    if getattr(e, "_names_file", False): return e
+    advice = _WRITE_ADVICE.get(e.errno)
+    what = (e.strerror or str(e) or type(e).__name__) + (f" ({advice})" if advice else "")
+    named = OSError(e.errno, what, str(path)) if e.errno is not None else OSError(errno.EIO, what, str(path))
+    named._names_file = True
+    return named
+
+class _Sink:
+    "The temporary file as `write` sees it: an OSError of the disk is kept, since a writer such as `torch.save` turns it into a RuntimeError of its own."
+    def __init__(self, f): self.f, self.error = f, None
+    def write(self, data):
+        try: return self.f.write(data)
+        except OSError as e: self.error = e; raise
+    def flush(self):
+        try: return self.f.flush()
+        except OSError as e: self.error = e; raise
+    def __getattr__(self, name): return getattr(self.f, name)
+
 def write_atomic(path: str | Path, write: Callable) -> None:
-    "Call `write(f)` on a binary file unique to this writer, flush it to disk, rename it to `path`, flush the folder."
+    """Call `write(f)` on a binary file unique to this writer, flush it to disk, rename it to `path`, flush the folder. An
+    error of the disk (full, over quota, read-only) is an `OSError` that names `path`."""
     path = Path(path)
     if path.is_symlink(): raise RunFolderError(f"{path} is a symbolic link; it is never written through (its target could lie "
                                                "outside the run folder). Remove the link, or use another folder.")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.{os.getpid()}.", suffix=".tmp")
+    try: fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.{os.getpid()}.", suffix=".tmp")
+    except OSError as e: raise write_error(path, e) from None
+    sink = None
     try:
         os.fchmod(fd, 0o644)
         with os.fdopen(fd, "wb") as f:
-            write(f)
+            sink = _Sink(f)
+            write(sink)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)  # a rename replaces a link itself, never its target
-    except BaseException:
+        _fsync_dir(path.parent)
+    except BaseException as e:
         with contextlib.suppress(OSError): os.unlink(tmp)
+        disk = e if isinstance(e, OSError) else sink.error if sink is not None and isinstance(e, RuntimeError) else None
+        if disk is not None: raise write_error(path, disk) from None
         raise
-    _fsync_dir(path.parent)
+
+def append_text(path: str | Path, text: str) -> None:
+    "Append `text` to the file `path` (created if missing, never through a symbolic link), flushed; a disk error is an `OSError` naming `path`."
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o644)
+        with os.fdopen(fd, "a") as f:
+            f.write(text)
+            f.flush()
+    except OSError as e:
+        if e.errno == errno.ELOOP: raise RunFolderError(f"{path} is a symbolic link; it is never written through. Remove the link.") from None
+        raise write_error(path, e) from None
+
+def nonfinite_at(obj, where: str = "") -> tuple[str, float] | None:
+    "Where in `obj` (dicts, lists) the first float JSON cannot hold (NaN, ±infinity) sits, as `trajectory[2].alignment`, and the value."
+    if isinstance(obj, float) and not math.isfinite(obj): return where or "the value", obj
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, (list, tuple)) else ()
+    for k, v in items:
+        found = nonfinite_at(v, f"{where}[{k}]" if isinstance(k, int) else f"{where}.{k}" if where else str(k))
+        if found: return found
+    return None
+
+def json_text(obj, path: str | Path, indent: int | None = 2) -> str:
+    "`obj` as the JSON text of the file `path`; a `ValueError` naming the file and the field for a NaN or an infinity, which JSON has no word for."
+    found = nonfinite_at(obj)
+    if found: raise ValueError(f"{path} would hold {found[1]} at {found[0]}, which JSON cannot hold (it is not a finite number); nothing was written")
+    return json.dumps(obj, indent=indent, allow_nan=False) + "\n"
 
 def write_json_atomic(path: str | Path, obj) -> None:
-    "Write `obj` as JSON to `path` atomically and durably: a temporary file of this writer's own, fsync, rename, fsync of the folder."
-    text = json.dumps(obj, indent=2) + "\n"
+    "Write `obj` as JSON to `path` atomically and durably: a temporary file of this writer's own, fsync, rename, fsync of the folder. A NaN or infinity is refused (`json_text`)."
+    text = json_text(obj, path)
     write_atomic(path, lambda f: f.write(text.encode()))
+
+def read_regular(path: str | Path) -> bytes:
+    """The bytes of the regular file `path` (a link is followed). A named pipe, a device or a folder in its place is an
+    `OSError` saying so, at once: reading a pipe would wait for a writer forever, a device like /dev/zero never ends."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))  # opening a pipe does not wait with O_NONBLOCK
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = ("a named pipe (FIFO)" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode) else "a socket" if stat.S_ISSOCK(mode)
+                    else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a file")
+            raise OSError(errno.EINVAL, f"it is {kind}, not a regular file", str(path))
+        os.set_blocking(fd, True)
+        with os.fdopen(os.dup(fd), "rb") as f: return f.read()
+    finally: os.close(fd)
 
 # %% ../nbs/18_run_folders.ipynb #089d66f2
 CHECKPOINT_FORMAT = "ctl_explore.pretrain/1"
@@ -130,7 +207,7 @@ def read_checkpoint(
 ) -> tuple[dict, Any]:
     "Read and verify a checkpoint: its zip checksums, its format tag, what it holds; the state and its configuration as `parse_config` reads it."
     path = Path(path)
-    try: data = path.read_bytes()
+    try: data = read_regular(path)  # a named pipe in its place is refused at once, never waited on
     except OSError as e: raise CheckpointError(f"{path} cannot be read ({e.strerror or e})") from None
     _verify_zip(path, data)
     try:
@@ -171,14 +248,47 @@ def _alive(pid: int) -> bool:
     except PermissionError: return True
     return True
 
+def _marked(folder: Path) -> bool:
+    "Whether `folder` carries pretrain's marker as a regular file (its contents are `check_run_folder`'s business)."
+    marker = folder / RUN_MARKER
+    return marker.is_file() and not marker.is_symlink()
+
 def _remove_stale_tmp(folder: Path) -> None:
-    "Remove temporary files whose writer no longer runs (killed mid-write), and the pid-less ones older versions of pretrain wrote."
+    """Remove temporary files whose writer no longer runs (killed mid-write), and the pid-less ones older versions of
+    pretrain wrote; only in a folder marked as a run's: in any other the files may be a user's, and are never deleted."""
+    if not _marked(folder): return
     for entry in os.scandir(folder):
         m = _TMP_NAME.fullmatch(entry.name)
         if not m or m["name"] not in RUN_FOLDER_FILES or not entry.is_file(follow_symlinks=False): continue
         stale = not _alive(int(m["pid"])) if m["pid"] else m["name"] in PRETRAIN_FILES
         if stale:
             with contextlib.suppress(FileNotFoundError): os.unlink(entry.path)
+
+def _holds(folder: Path) -> bool:
+    "Whether this process holds `folder`'s lock (`run_lock`)."
+    try: st = folder.stat()
+    except OSError: return False
+    with _HELD_GUARD: return (st.st_dev, st.st_ino) in _HELD
+
+def _held_elsewhere(path: Path) -> bool:
+    """Whether a live writer holds the lock file `path`, found without writing to it: a `flock` that is refused at once
+    (.lock), or a process id in it that runs (.soft_lock, which exists only while held). False when it cannot be told."""
+    if path.name == SOFT_LOCK_NAME:
+        with contextlib.suppress(OSError, ValueError, UnicodeDecodeError):
+            found = re.search(r"^(?:pid=)?(\d+)$", read_regular(path).decode(), re.M)
+            return found is not None and _alive(int(found.group(1)))
+        return False
+    try: import fcntl
+    except ImportError: return False
+    try: fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError: return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # granted only when nobody holds it exclusively; released at once
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    except BlockingIOError: return True
+    except OSError: return False
+    finally: os.close(fd)
 
 def _write_pid(fd: int) -> None:
     "filelock's hook on the lock file it has just locked (and emptied): the holder writes its process id, which a refused writer names."
@@ -190,6 +300,18 @@ def _cannot_write(folder: Path, e: OSError) -> RunFolderError:
 def _busy(folder: Path, lock_file: Path) -> RunBusyError:
     return RunBusyError(f"{folder} is being written by {_lock_owner(lock_file)}: one run folder takes one writer at a time. "
                         "Wait for it to finish, or choose another output folder.")
+
+def _foreign_lock(folder: Path) -> str | None:
+    """The name of a lock file in the unmarked `folder` that no lock of this module wrote (it holds something other than a
+    process id), which taking the lock would overwrite or delete; None when there is none."""
+    if _marked(folder): return None
+    for name, ours in ((LOCK_NAME, r"(?:\d+\n)?"), (SOFT_LOCK_NAME, r"(?s).*^(?:pid=)?\d+$.*")):
+        path = folder / name
+        if path.is_symlink() or not path.exists(): continue
+        try: text = read_regular(path).decode()
+        except (OSError, UnicodeDecodeError): return name
+        if not re.fullmatch(ours, text, re.M): return name
+    return None
 
 def _take(folder: Path) -> filelock.BaseFileLock:
     """The folder's lock, taken at once, or a `RunBusyError` naming its holder: filelock's `flock` on `.lock`, or where
@@ -237,6 +359,10 @@ def run_lock(out_dir: str | Path) -> Iterator[Path]:
         if held and held[1] == threading.get_ident(): held[2] += 1  # nested in the thread that holds it
         elif held: raise RunBusyError(f"{folder} is being written by another thread of this process; use another folder")
         else:
+            foreign = _foreign_lock(folder)
+            if foreign: raise RunFolderError(f"{folder / foreign} is not a lock file of ctl_explore's (it holds something else) and the "
+                                             f"folder carries no {RUN_MARKER} marker, so it may be a user's file: it is neither "
+                                             f"overwritten nor deleted. Move it away, or use another folder.")
             _HELD[key], taken = [_take(folder), threading.get_ident(), 1], True
     try:
         if taken:
@@ -253,7 +379,6 @@ def run_lock(out_dir: str | Path) -> Iterator[Path]:
             if held[2] == 0:
                 del _HELD[key]
                 held[0].release()
-
 
 # %% ../nbs/18_run_folders.ipynb #a318ccd1
 def _legacy_run(folder: Path, parse_config: Callable[[dict], Any]) -> bool:
@@ -279,18 +404,22 @@ def check_run_folder(
     parse_config: Callable[[dict], Any],   # reads a configuration (e.g. `PretrainConfig.from_dict`): TypeError or ValueError when it is none
 ) -> None:
     """A `RunFolderError` unless `out_dir` is absent, empty, or pretrain's own: marked with `RUN_MARKER` (or, written
-    before the marker, holding a verified checkpoint), holding only what a run folder holds, none of it a symbolic link."""
+    before the marker, holding a verified checkpoint), holding only what a run folder holds, none of it a symbolic link.
+    A folder without the marker must be empty: a lock file or a temporary file in it may be a user's (the lock this
+    process holds aside); a lock that a live writer holds is a `RunBusyError`."""
     folder = Path(out_dir)
     if folder.is_symlink() and not folder.exists(): raise RunFolderError(f"{folder} is a broken symbolic link: remove it, or use another folder")
     if not folder.exists(): return
     if not folder.is_dir(): raise RunFolderError(f"{folder} is a file, not a folder: choose another output folder")
-    foreign, links, present = [], [], []
+    foreign, links, present, locks, temps = [], [], [], [], []
     for entry in os.scandir(folder):
         m = _TMP_NAME.fullmatch(entry.name)
         if entry.name not in RUN_FOLDER_FILES and not (m and m["name"] in RUN_FOLDER_FILES): foreign.append(entry.name)
         elif entry.is_symlink(): links.append(entry.name)
-        elif not entry.is_file(): foreign.append(entry.name + "/")
-        elif entry.name in RUN_FOLDER_FILES and entry.name not in (LOCK_NAME, SOFT_LOCK_NAME): present.append(entry.name)
+        elif not entry.is_file(): foreign.append(entry.name + ("/" if entry.is_dir() else ""))
+        elif entry.name in (LOCK_NAME, SOFT_LOCK_NAME): locks.append(entry.name)
+        elif entry.name in RUN_FOLDER_FILES: present.append(entry.name)
+        else: temps.append(entry.name)
     if links:
         raise RunFolderError(f"{folder / sorted(links)[0]} is a symbolic link; pretrain never writes through one (its target could "
                              "lie outside the run folder). Remove the link, or choose another output folder.")
@@ -301,7 +430,18 @@ def check_run_folder(
     config = folder / "config.json"
     ours = RUN_MARKER in present
     if ours: _check_marker(folder / RUN_MARKER)
-    elif present: ours = _legacy_run(folder, parse_config)
+    mine = (LOCK_NAME, SOFT_LOCK_NAME) if not ours and _holds(folder) else ()
+    if not ours:  # a writer that has taken the folder but not marked it yet (it is doing so now) is busy, not a stranger
+        for name in locks:
+            if name not in mine and _held_elsewhere(folder / name): raise _busy(folder, folder / name)
+    if not ours and present: ours = _legacy_run(folder, parse_config)
+    leftovers = sorted(temps + [n for n in locks if n not in mine])
+    if not ours and not present and leftovers:
+        name = leftovers[0]
+        raise RunFolderError(f"{folder} holds {name}, which pretrain did not write (the folder has no {RUN_MARKER} marker), so "
+                             f"pretrain neither deletes nor overwrites it: choose another output folder, or move {name} away"
+                             + (" (a pretrain killed before it marked the folder leaves its lock file: delete it when no run writes "
+                                "there)" if name in (LOCK_NAME, SOFT_LOCK_NAME) else ""))
     if present and not ours:
         why = None
         if "config.json" in present:
@@ -330,14 +470,19 @@ def check_run_folder(
 def mark_run_folder(out_dir: str | Path) -> None:
     "Write `RUN_MARKER` into `out_dir` (held under its lock, checked by `check_run_folder`) unless it is there: from now on the folder is pretrain's."
     path = Path(out_dir) / RUN_MARKER
-    if not path.exists(): write_json_atomic(path, _MARKER)
+    if not _holds(Path(out_dir)): raise RunFolderError(f"{out_dir} is marked as a run folder only by the writer holding its lock (run_lock)")
+    if not path.exists() and not path.is_symlink(): write_json_atomic(path, _MARKER)
 
 def remove_stale_measurements(out_dir: str | Path, names: tuple[str, ...] = STALE_ON_TRAINING) -> list[str]:
-    "Delete the measurements of the run's weights (`names`) from `out_dir` before its training goes on, so that none is read beside a newer checkpoint; the names removed."
+    "Delete the measurements of the run's weights (`names`) from `out_dir` before its training goes on, so that none is read beside a newer checkpoint; the names removed. Only in a folder marked as a run's (`mark_run_folder`): in any other they may be a user's files."
+    folder = Path(out_dir)
+    if not _marked(folder): raise RunFolderError(f"{folder} carries no {RUN_MARKER} marker, so its files may be a user's: nothing is deleted")
     removed = []
     for name in names:
+        path = folder / name
+        if path.is_dir() and not path.is_symlink(): continue
         with contextlib.suppress(FileNotFoundError):
-            (Path(out_dir) / name).unlink()
+            path.unlink()  # a link is removed itself, never its target
             removed.append(name)
     return removed
 
@@ -345,9 +490,10 @@ def remove_stale_measurements(out_dir: str | Path, names: tuple[str, ...] = STAL
 def read_json(path: str | Path):
     "The JSON value in the file `path`; a `FileNotFoundError` or `ValueError` that names the file."
     path = Path(path)
-    try: text = path.read_text()
+    try: text = read_regular(path).decode()
     except FileNotFoundError: raise FileNotFoundError(f"{path} does not exist") from None
     except UnicodeDecodeError as e: raise ValueError(f"{path} is not a text file ({e.reason})") from None
+    except OSError as e: raise ValueError(f"{path} cannot be read ({e.strerror or e})") from None
     try: return json.loads(text)
     except json.JSONDecodeError as e: raise ValueError(f"{path} is not valid JSON ({e})") from None
 

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import math
@@ -350,16 +351,62 @@ def _test_flags(root: Path) -> tuple[list[str], int]:
 SITE_MARKER = ".ctl-explore-site"
 _OUT_ADVICE = "give a new folder, an empty one, or one this command built before"
 
+def _links_in(out: Path) -> list[Path]:
+    "Every symbolic link inside `out`, found without following any (a linked folder is listed, never entered)."
+    found = []
+    for root, dirs, files in os.walk(out):  # followlinks=False
+        found += [Path(root) / name for name in dirs + files if (Path(root) / name).is_symlink()]
+    return sorted(found)
+
 def claim_folder(out: str | Path) -> Path:
-    "`out` ready for the site: created (or found empty) and marked as the site's, or already marked; a SiteError for any other folder."
+    """`out` ready for the site: created (or found empty) and marked as the site's, or already marked; a SiteError for any
+    other folder, and for a marked one that holds a symbolic link (the build never writes through one, nor deletes what it
+    points at: its target could lie outside `out`)."""
     out = Path(out)
+    marker = out / SITE_MARKER
     if out.exists() and not out.is_dir(): raise SiteError(f"--out {out} is a file, not a folder: {_OUT_ADVICE}")
-    if out.is_dir() and not (out / SITE_MARKER).is_file() and any(out.iterdir()):
+    if marker.is_symlink() or (marker.exists() and not marker.is_file()):
+        raise SiteError(f"refusing to write the site into {out}: its {SITE_MARKER} is not the marker this command writes (a symbolic "
+                        f"link, or not a file); {_OUT_ADVICE}")
+    if out.is_dir() and not marker.is_file() and any(out.iterdir()):
         raise SiteError(f"refusing to write the site into {out}: it holds files but no {SITE_MARKER} marker, so this command "
                         f"did not make it; {_OUT_ADVICE}")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / SITE_MARKER).write_text("A site written by `python -m ctl_explore.site`: the next build may replace any file here.\n")
+    links = _links_in(out) if out.is_dir() else []
+    if links:
+        raise SiteError(f"refusing to write the site into {out}: {links[0]} is a symbolic link, and the build never writes through "
+                        f"one or deletes what it points at (its target may lie outside {out}); remove the link"
+                        + (f" and the {len(links) - 1} other(s) inside" if len(links) > 1 else "") + f", or {_OUT_ADVICE}")
+    try: out.mkdir(parents=True, exist_ok=True)
+    except OSError as e: raise SiteError(f"cannot create {out} ({e.strerror or e}): {_OUT_ADVICE}") from None
+    _write(out, marker, "A site written by `python -m ctl_explore.site`: the next build may replace any file here.\n")
     return out
+
+def _within(out: Path, path: Path) -> None:
+    "A SiteError unless every folder from `out` down to `path`'s is a real folder (none a symbolic link), made here if missing."
+    rel = path.parent.relative_to(out)
+    folder = out
+    for part in rel.parts:
+        folder = folder / part
+        if folder.is_symlink(): raise SiteError(f"{folder} is a symbolic link inside the site's folder: the build never writes through one; remove it")
+        try: folder.mkdir(exist_ok=True)
+        except OSError as e: raise SiteError(f"cannot create {folder} ({e.strerror or e})") from None
+
+def _write(out: Path, path: Path, data: str | bytes) -> None:
+    """Write `data` (text as UTF-8) to `path` inside the site folder `out`: into a new file renamed over `path`, so that a
+    symbolic link there is replaced, never written through; a linked folder on the way is refused; a full disk names the file."""
+    out, path = Path(out), Path(path)
+    _within(out, path)
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f: f.write(raw)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError): os.unlink(tmp)
+            raise
+    except OSError as e: raise SiteError(f"cannot write {path} ({e.strerror or e})") from None
 
 def _assets(out: Path) -> None:
     import importlib.util
@@ -369,18 +416,21 @@ def _assets(out: Path) -> None:
                         "install the development extras, `.venv/bin/pip install -e \".[dev]\"`")
     import plotly
     assets = out / "assets"
-    assets.mkdir(parents=True, exist_ok=True)
     plotly_js = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
     if not plotly_js.exists(): raise SiteError(f"the installed plotly has no {plotly_js.name}; reinstall plotly")
-    shutil.copyfile(plotly_js, assets / "plotly.min.js")
+    _write(out, assets / "plotly.min.js", plotly_js.read_bytes())
     mathjax = Path(spec.submodule_search_locations[0]) / "static"
     if not (mathjax / "MathJax.js").exists(): raise SiteError(f"jupyter-server-mathjax has no MathJax.js in {mathjax}")
-    if (assets / "mathjax").exists(): shutil.rmtree(assets / "mathjax")  # ours: `claim_folder` vetted `out` first
-    shutil.copytree(mathjax, assets / "mathjax", ignore=shutil.ignore_patterns("SVG", "*.py"))
+    copy = assets / "mathjax"
+    if copy.is_symlink(): raise SiteError(f"{copy} is a symbolic link inside the site's folder: the build never deletes what it points at; remove it")
+    try:
+        if copy.exists(): shutil.rmtree(copy)  # ours (`claim_folder` vetted `out` first); rmtree follows no link inside
+        shutil.copytree(mathjax, copy, ignore=shutil.ignore_patterns("SVG", "*.py"))
+    except OSError as e: raise SiteError(f"cannot write {copy} ({e.strerror or e})") from None
     from ctl_explore.explorables import EXPLORABLES_CSS, EXPLORABLES_JS
-    (assets / "site.js").write_text(SITE_JS)
-    (assets / "explorables.js").write_text(EXPLORABLES_JS)
-    (assets / "site.css").write_text(SITE_CSS + EXPLORABLES_CSS)
+    _write(out, assets / "site.js", SITE_JS)
+    _write(out, assets / "explorables.js", EXPLORABLES_JS)
+    _write(out, assets / "site.css", SITE_CSS + EXPLORABLES_CSS)
 
 def _nav(order: list[tuple[str, str]], i: int) -> str:
     "The bar above and below a page: the previous lesson, the index, the next lesson (template `nav.html.j2`)."
@@ -426,7 +476,7 @@ def _build_page(path: Path, flags, timeout: int, out: Path, order, i: int, foote
     result = execute_lesson(path, flags, timeout)
     page, counts = page_notebook(result["nb"], result["skipped"])
     _EXPORTER = _EXPORTER or page_exporter()
-    (Path(out) / f"{path.stem}.html").write_text(render_page(page, order, i, footer, exporter=_EXPORTER), encoding="utf-8")
+    _write(out, Path(out) / f"{path.stem}.html", render_page(page, order, i, footer, exporter=_EXPORTER))
     return {"notebook": path.name, "page": f"{path.stem}.html", "title": order[i][1], **counts,
             "seconds": round(result["seconds"], 1)}
 
@@ -434,7 +484,7 @@ def _build_explorables(out: Path, nav: str, data_dir: Path | None = None) -> dic
     "In a worker process: the explorables' page (lesson 02's, with its replays run here, and lessons 09 and 12's shipped results from `data_dir`)."
     from ctl_explore.explorables import EXPLORABLES_PAGE, explorables_page
     start = time.monotonic()
-    (Path(out) / EXPLORABLES_PAGE).write_text(explorables_page(nav, data_dir=data_dir), encoding="utf-8")
+    _write(out, Path(out) / EXPLORABLES_PAGE, explorables_page(nav, data_dir=data_dir))
     return {"page": EXPLORABLES_PAGE, "title": "Explorables", "seconds": round(time.monotonic() - start, 1)}
 
 def failed_page(title: str, message: str, nav: str = "") -> str:
@@ -469,8 +519,8 @@ def _instructors_pages(out: Path, nbs: Path, titles: dict[str, str], failed_page
     pages = {stem: (out / f"{stem}.html").read_text(encoding="utf-8") for stem in KEY_FIGURE_LESSONS
              if (out / f"{stem}.html").exists() and f"{stem}.html" not in failed_pages}
     if "02_explorer" in pages: pages["02_explorer"] = fig3_html()  # its page's figures are live explorables
-    (out / "instructors.html").write_text(instructors_page(nbs, nav), encoding="utf-8")
-    (out / "figures.html").write_text(figures_page(pages, titles, nav), encoding="utf-8")
+    _write(out, out / "instructors.html", instructors_page(nbs, nav))
+    _write(out, out / "figures.html", figures_page(pages, titles, nav))
 
 def build_site(out: str | Path = "_site", nbs: str | Path | None = None, jobs: int = 2, only: str | None = None,
                progress: bool = True, explorables: bool = True) -> Path:
@@ -518,16 +568,16 @@ def build_site(out: str | Path = "_site", nbs: str | Path | None = None, jobs: i
     titles = dict(order)
     for p, message in failures.items():
         page, title = ("explorables.html", "Explorables") if p == "explorables" else (f"{p.stem}.html", titles[p.stem])
-        (out / page).write_text(failed_page(title, message, index_nav), encoding="utf-8")
+        _write(out, out / page, failed_page(title, message, index_nav))
     failed_pages = ["explorables.html" if p == "explorables" else f"{p.stem}.html" for p in failures]
     if (out / "index.html").exists() and "index.html" not in failed_pages:  # this build's news, in an index old or new
         built_pages = [e["page"] for e in entries.values()]
         index = (out / "index.html").read_text(encoding="utf-8")
         marked = mark_failed(index, failed_pages, built_pages)
-        if marked != index: (out / "index.html").write_text(marked, encoding="utf-8")
+        if marked != index: _write(out, out / "index.html", marked)
     _instructors_pages(out, nbs, dict(order), failed_pages, index_nav)
     manifest = [entries[p] for p in notebooks if p in entries]
-    (out / "site.json").write_text(json.dumps({"pages": manifest, "explorables": entries.get("explorables"),
+    _write(out, out / "site.json", json.dumps({"pages": manifest, "explorables": entries.get("explorables"),
                                                "failed": {("explorables.html" if p == "explorables" else p.name): m for p, m in failures.items()},
                                                "test_flags": flags}, indent=1, ensure_ascii=False) + "\n")
     if failures:

@@ -40,10 +40,10 @@ from .run_folders import (
 from .run_folders import check_run_folder as _check_folder
 
 # %% auto #0
-__all__ = ['NEGATIVES', 'PRECISIONS', 'PRECISION_CHOICES', 'MIN_IMAGE_SIZE', 'MAX_SIZES', 'MAX_LR', 'MAX_WEIGHT_DECAY',
-           'SEED_BOUND', 'COMPILE_MODES', 'EXECUTION_KEYS', 'METRIC_KEYS', 'TIMING_KEYS', 'LOG_EVERY', 'MAX_THREADS',
-           'PretrainConfig', 'default_lam', 'negatives_seen', 'lr_at', 'resolve_precision', 'run_identity',
-           'load_checkpoint', 'check_run_folder', 'embed', 'evaluates_at', 'monitor_rows', 'evaluate',
+__all__ = ['NEGATIVES', 'PRECISIONS', 'PRECISION_CHOICES', 'MIN_IMAGE_SIZE', 'MAX_SIZES', 'MAX_EPOCHS', 'MAX_LR',
+           'MAX_WEIGHT_DECAY', 'SEED_BOUND', 'COMPILE_MODES', 'EXECUTION_KEYS', 'METRIC_KEYS', 'TIMING_KEYS',
+           'LOG_EVERY', 'MAX_THREADS', 'PretrainConfig', 'default_lam', 'negatives_seen', 'lr_at', 'resolve_precision',
+           'run_identity', 'load_checkpoint', 'check_run_folder', 'embed', 'evaluates_at', 'monitor_rows', 'evaluate',
            'TrainingDivergedError', 'TrainingInterrupted', 'threads_for', 'build_model', 'TrainState', 'view_draws',
            'gradient_step', 'training_step', 'step_on_views', 'new_state', 'pretrain']
 
@@ -59,6 +59,7 @@ MAX_SIZES = dict(
     width=(1024, "the ConvNet has 279·width² weights: width 1024 is already 293 million"),
     out_dim=(65536, "the memory bank holds one float per training image and dimension: 50,000 images × 65,536 are 13 GB"),
 )
+MAX_EPOCHS = 10_000  # 50 times [WL21]'s 200: a larger count is a typo, and it would train until killed
 MAX_LR = MAX_WEIGHT_DECAY = 1e30  # SGD applies both in float32, which ends at 3.4e38: a larger one is an overflow, not a run
 SEED_BOUND = 2**40                   # the run derives seeds as seed·1,000,003 + epoch, which must fit torch's 64-bit seeds
 
@@ -129,7 +130,8 @@ class PretrainConfig:
             raise ValueError(f"loss {self.loss!r} compares the two views of each batch, so it needs negatives='batch' "
                              f"(got negatives={self.negatives!r}); the memory bank serves only {', '.join(loss_names('similarity'))}")
         # the checks return plain Python values (a NumPy integer becomes an int), so that the configuration writes as JSON
-        for name in ("epochs", "knn_k", "eval_batch_size", "eval_every"): setattr(self, name, check_int(name, getattr(self, name), 1))
+        self.epochs = check_int("epochs", check_int("epochs", self.epochs, 1), 1, MAX_EPOCHS, why="[WL21] trains 200; a larger count would train for weeks")
+        for name in ("knn_k", "eval_batch_size", "eval_every"): setattr(self, name, check_int(name, getattr(self, name), 1))
         for name in ("width", "out_dim"): setattr(self, name, check_int(name, getattr(self, name), 1, MAX_SIZES[name][0], why=MAX_SIZES[name][1]))
         self.batch_size = check_int("batch_size", self.batch_size, 2, why="each anchor needs another image")
         self.warmup_epochs = check_int("warmup_epochs", self.warmup_epochs, 0, self.epochs - 1, why=f"fewer than the {self.epochs} epochs")

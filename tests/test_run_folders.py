@@ -265,6 +265,7 @@ def test_run_lock_errors_other_than_a_refused_flock_are_not_a_soft_lock(tmp_path
 def test_temporary_files_are_per_writer_and_stale_ones_are_removed(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
+    (run / RUN_MARKER).write_text(json.dumps(run_folders._MARKER))  # pretrain's folder: in any other, the files may be a user's
     stale = [f"checkpoint.pt.{dead_pid()}.abc123.tmp", "checkpoint.pt.tmp", f"result.json.{dead_pid()}.x_y.tmp"]
     for name in stale: (run / name).write_bytes(b"")
     alive = run / f"result.json.{os.getpid()}.zz.tmp"  # a live writer's file is left alone

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import io
 import json
@@ -16,7 +17,7 @@ import warnings
 from pathlib import Path
 
 from ..losses import loss_names, loss_spec
-from ..run_folders import RunFolderError, write_atomic, write_json_atomic
+from ..run_folders import RunFolderError, json_text, nonfinite_at, read_regular, write_atomic, write_json_atomic
 from ..train import PretrainConfig, run_identity
 from .plan import check_preset, run_name, StudyPreset
 
@@ -24,8 +25,8 @@ from .plan import check_preset, run_name, StudyPreset
 # %% auto #0
 __all__ = ['RESULT_FORMAT', 'RESULT_KEYS', 'TRAJECTORY_KEYS', 'SEAL_KEYS', 'FIELD_RULES', 'FAILED_KEYS', 'STUDY_MARKER',
            'STUDY_ENTRIES', 'REPORT_GENERATOR', 'StudyError', 'row_checksum', 'seal_row', 'unsealed', 'file_digest',
-           'row_problems', 'failed_row', 'is_stretch', 'saved_row', 'claim_study_folder', 'write_results',
-           'load_results']
+           'row_problems', 'nonfinite_problem', 'row_mismatches', 'failed_row', 'is_stretch', 'saved_row',
+           'claim_study_folder', 'write_results', 'load_results']
 
 # %% ../../nbs/22_study_rows.ipynb #326d67de
 RESULT_FORMAT = "ctl_explore.study-result/3"   # bumped whenever a row's meaning changes: older rows are measured again
@@ -56,11 +57,8 @@ def unsealed(row: dict) -> dict:
     return {k: v for k, v in row.items() if k not in SEAL_KEYS}
 
 def file_digest(path: str | Path) -> str:
-    "sha256 of a file's bytes, as hex."
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""): h.update(block)
-    return h.hexdigest()
+    "sha256 of a regular file's bytes, as hex (a named pipe or a device in its place is an `OSError` at once, never waited on)."
+    return hashlib.sha256(read_regular(path)).hexdigest()
 
 # %% ../../nbs/22_study_rows.ipynb #3c1f0a21
 def _number(v) -> bool: return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
@@ -74,9 +72,24 @@ def _valid_config(v) -> bool:
     except (TypeError, ValueError): return False
     return True
 
+_POINT = dict(uniformity=_within(0, 8), tolerance=_COSINE, alignment=_within(0, 4), knn_accuracy=_within(0, 1))
+
 def _trajectory(v) -> bool:
-    return isinstance(v, list) and all(isinstance(p, dict) and _integer(p.get("epoch")) and p["epoch"] >= 1
-                                       and all(_number(p.get(k)) for k in ("uniformity", "tolerance", "knn_accuracy")) for p in v)
+    "Measured epochs in increasing order, each with its uniformity, tolerance and kNN accuracy (and alignment, since the fourth run), in range."
+    return (isinstance(v, list) and 1 <= len(v) <= 100_000
+            and all(isinstance(p, dict) and set(p) <= set(TRAJECTORY_KEYS) and _integer(p.get("epoch")) and p["epoch"] >= 1
+                    and all(k in p for k in ("uniformity", "tolerance", "knn_accuracy"))
+                    and all(rule(p[k]) for k, rule in _POINT.items() if k in p) for p in v)
+            and all(a["epoch"] < b["epoch"] for a, b in zip(v, v[1:])))
+
+def _criteria(v) -> bool:
+    "The convergence criteria a row was judged by: exactly `Criteria`'s fields (appendix 21), each a finite number (those that may be off, or null)."
+    from ctl_explore.study.measure import Criteria  # (that module imports this one)
+    fields = {f.name for f in dataclasses.fields(Criteria)}
+    if not isinstance(v, dict) or set(v) != fields: return False
+    optional = {f.name for f in dataclasses.fields(Criteria) if f.default is None or "None" in str(f.type)}
+    return all((v[k] is None and k in optional) or (_number(v[k]) and (k == "collapse_floor" or v[k] >= 0)) for k in fields) \
+        and v["window"] is not None and 0 < v["window"] <= 1
 
 FIELD_RULES = {  # what every field of a row must be; a field not named here is covered by the row's checksum only
     "run": (lambda v: isinstance(v, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,199}", v) is not None,
@@ -103,7 +116,12 @@ FIELD_RULES = {  # what every field of a row must be; a field not named here is 
     "probe": (lambda v: isinstance(v, dict) and set(v) == {"epochs", "normalize", "augment"} and _integer(v["epochs"])
               and v["epochs"] >= 1 and isinstance(v["normalize"], bool) and isinstance(v["augment"], bool),
               "the linear probe's protocol: {epochs: an integer >= 1, normalize: true/false, augment: true/false}"),
-    "trajectory": (_trajectory, "a list of {epoch: an integer >= 1, uniformity, tolerance, knn_accuracy: finite numbers}"),
+    "alignment_change": (lambda v: v is None or _number(v), "a finite number, or null"),
+    "probe_correct": (lambda v: isinstance(v, str) and 1 <= len(v) <= 10**7 and not set(v) - {"0", "1"},
+                      "a string of 0s and 1s, one per test image"),
+    "criteria": (_criteria, "the convergence criteria: window in (0, 1], the limits finite numbers >= 0 or null, collapse_floor a finite number"),
+    "trajectory": (_trajectory, "a list of {epoch: an integer >= 1, increasing; uniformity in [0, 8], tolerance in [−1, 1], "
+                                "knn_accuracy in [0, 1], alignment in [0, 4] where measured}"),
     "config": (_valid_config, "a valid pretraining configuration"),
     "result_format": (lambda v: isinstance(v, str), "a format name"),
     "failed": (lambda v: isinstance(v, str) and v.strip() != "", "a sentence"),
@@ -124,8 +142,69 @@ def row_problems(row, required: tuple[str, ...] = ()) -> list[str]:
     rules = FIELD_RULES
     problems = [f"{k} is missing" for k in required if k not in row]
     for k, v in row.items():
-        if k in rules and not rules[k][0](v): problems.append(f"{k} must be {rules[k][1]}, got {_short(v)}")
+        if k in rules and not rules[k][0](v):
+            nested = nonfinite_at(v, k) if isinstance(v, (dict, list)) else None  # a NaN inside: named where it sits
+            problems.append(f"{nested[0]} is {nested[1]}, not a finite number" if nested else f"{k} must be {rules[k][1]}, got {_short(v)}")
     return problems
+
+def nonfinite_problem(row) -> str | None:
+    "A phrase naming the first NaN or infinity anywhere in `row` (Python's json reads and writes them; no measurement is one), or None."
+    found = nonfinite_at(row)
+    return None if found is None else f"{found[0]} is {found[1]}, not a finite number"
+
+def _measured_epochs(config: PretrainConfig) -> set[int]:
+    "The epochs at which a run of `config` is measured: every `eval_every`, and the last."
+    return {e for e in range(config.eval_every, config.epochs + 1, config.eval_every)} | {config.epochs}
+
+def row_mismatches(row: dict) -> list[str]:
+    """What in a measured row (one that passes `row_problems`) disagrees with the records it summarises, one phrase per
+    field, each naming it: a field no study writes; its loss, τ, α, λ and seed against its configuration; its trajectory
+    against the epochs that configuration measures; its accuracy against its per-image record, a non-finite value and its
+    flags against its own numbers (the judge's checks, appendix 28); its fitted changes against its trajectory and
+    criteria; its uniformity and tolerance against the last measured epoch (a float32 run's); its alignment against its
+    positive similarity (‖u − v‖² = 2 − 2 cos for unit vectors); its top-10 negatives largest first."""
+    from ctl_explore.study import judge  # (it imports this module)
+    from ctl_explore.study.measure import Criteria, check_run
+    out = [f"{k} is not a field of a study's row" for k in row if k not in FIELD_RULES]
+    config = PretrainConfig.from_dict(row["config"]) if _valid_config(row.get("config")) else None
+    if config is not None:
+        params = loss_spec(config.loss).params
+        expected = dict(loss=config.loss, seed=config.seed, **{k: getattr(config, k) if k in params else None for k in ("tau", "alpha", "lam")})
+        out += [f"{k} is {_short(row[k])}, but its configuration says {_short(v)}" for k, v in expected.items() if k in row and row[k] != v]
+        if isinstance(row.get("trajectory"), list):
+            epochs = [p["epoch"] for p in row["trajectory"]]
+            lost, beyond = sorted(_measured_epochs(config) - set(epochs)), [e for e in epochs if e > config.epochs]
+            if lost: out.append(f"trajectory lacks the measured epoch{'s' * (len(lost) > 1)} {', '.join(map(str, lost[:5]))} "
+                                f"of the {config.epochs} its configuration trains")
+            if beyond: out.append(f"trajectory holds epoch {beyond[0]}, past the {config.epochs} its configuration trains")
+    if out: return out
+    for check in (judge._check_finite, judge._check_record):
+        try: check(row)
+        except judge.JudgeError as e: return [str(e)]
+    try: flags = judge.recheck_flags(row)
+    except (judge.JudgeError, ValueError, TypeError) as e: return [str(e)]
+    out += [f"{k} is {row[k]}, but its own numbers say {flags[k]}" for k in ("converged", "collapsed") if k in row and row[k] != flags[k]]
+    if config is not None and isinstance(row.get("criteria"), dict) and row.get("trajectory"):
+        try: health = check_run(row["trajectory"], config, Criteria(**row["criteria"]))
+        except ValueError as e: return out + [f"trajectory cannot be judged by its criteria ({e})"]
+        for k in ("uniformity_change", "alignment_change", "knn_change"):
+            if k in row and not _same(row[k], health[k], 1e-9):
+                out.append(f"{k} is {_short(row[k])}, but its trajectory and criteria give {_short(health[k])}")
+    last = (row.get("trajectory") or [None])[-1]
+    if config is not None and config.precision == "fp32" and last is not None and last.get("epoch") == config.epochs:
+        for k in ("uniformity", "tolerance"):  # one measurement of one float32 encoder; a bf16 run measures its epochs under autocast
+            if k in row and not _same(row[k], last[k], 1e-2):
+                out.append(f"{k} is {_short(row[k])}, but its trajectory's last epoch measured {_short(last[k])}")
+    if _number(row.get("alignment")) and _number(row.get("pos_similarity")) and abs(row["alignment"] - (2 - 2 * row["pos_similarity"])) > 1e-4:
+        out.append(f"alignment is {_short(row['alignment'])}, but its pos_similarity {_short(row['pos_similarity'])} gives 2 − 2 cos = "
+                   f"{_short(2 - 2 * row['pos_similarity'])}")
+    negatives = row.get("top10_negatives")
+    if isinstance(negatives, list) and any(a < b for a, b in zip(negatives, negatives[1:])):
+        out.append("top10_negatives must be listed largest first")
+    return out
+
+def _same(a, b, tol: float) -> bool:
+    return (a is None and b is None) or (_number(a) and _number(b) and abs(a - b) <= tol)
 
 def failed_row(config: PretrainConfig, error: BaseException | str) -> dict:
     "The row of a run that failed: what it is (run, loss, τ, seed, α, λ, configuration) and its error as one sentence, no measurements."
@@ -166,8 +245,8 @@ def saved_row(run_dir: str | Path, config: PretrainConfig, stretch: tuple[int, i
     def again(what: str) -> None:
         warnings.warn(f"{path} {what}; {then.format(run=run_dir.name)}", stacklevel=3)
     if path.is_symlink() or not path.is_file(): return again("is not a regular file")
-    try: row = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e: return again(f"is unreadable ({type(e).__name__}: {e})")
+    try: row = json.loads(read_regular(path))
+    except (OSError, ValueError) as e: return again(f"is unreadable ({type(e).__name__}: {e})")
     if not isinstance(row, dict): return again(f"holds a {type(row).__name__}, not a result row")
     if "checksum" not in row: return again("carries no checksum (written by an older version of the package, or by hand)")
     if row["checksum"] != row_checksum(row): return again("does not match its checksum (a value in it was edited or damaged)")
@@ -175,8 +254,11 @@ def saved_row(run_dir: str | Path, config: PretrainConfig, stretch: tuple[int, i
         return again(f"is of result format {row.get('result_format')!r}, not this version's {RESULT_FORMAT!r}")
     failed = "failed" in row
     problems = row_problems(row, FAILED_KEYS if failed else tuple(RESULT_KEYS) + ("probe", "config", "checkpoint"))
+    problems = problems or [p for p in [nonfinite_problem(row)] if p]  # a NaN in a field no rule reads
     if problems: return again(f"is not a valid result row ({'; '.join(problems[:3])})")
     if row["run"] != run_dir.name: return again(f"names run {row['run']!r}, not its folder's {run_dir.name!r}")
+    mismatches = [] if failed else row_mismatches(row)
+    if mismatches: return again(f"does not agree with itself ({'; '.join(mismatches[:3])})")
     saved_config = PretrainConfig.from_dict(row["config"])
     asked, saved = run_identity(config), run_identity(saved_config)  # where it ran (device, compile) is not part of a run's identity
     if saved != asked and not is_stretch(saved, asked, stretch):
@@ -199,7 +281,6 @@ def _probe_text(probe: dict | None) -> str:
     if not probe: return "?"
     return (f"{probe['epochs']} epochs on {'L2-normalised' if probe['normalize'] else 'raw'} features of "
             f"{'augmented' if probe['augment'] else 'unaugmented, cached'} training images")
-
 
 # %% ../../nbs/22_study_rows.ipynb #4a6e0c93
 STUDY_MARKER = ".ctl_explore_study"   # the file that makes a folder a study's own (a run folder's is pretrain's .ctl_explore_run)
@@ -280,7 +361,12 @@ def write_results(rows: list[dict], out_dir: str | Path) -> None:
     names = ("results.json", "results.json.sha256", "results.csv")
     for name in names: _replaceable(out_dir / name)
     rows = [unsealed(r) for r in rows]
-    text = json.dumps(rows, indent=2) + "\n"
+    for r in rows:  # results.json is read by any JSON reader: no NaN or infinity, which Python's json would write
+        try: json_text(r, out_dir / "results.json")
+        except ValueError as e:
+            raise StudyError(f"run {r.get('run')!r}: {e}; a row that holds one was never measured by this package, so "
+                             "results.json is not written: measure the run again (delete its result.json)") from None
+    text = json_text(rows, out_dir / "results.json")
     write_atomic(out_dir / "results.json", lambda f: f.write(text.encode()))
     digest = hashlib.sha256(text.encode()).hexdigest()
     write_atomic(out_dir / "results.json.sha256", lambda f: f.write(f"{digest}  results.json\n".encode()))
@@ -293,9 +379,9 @@ def write_results(rows: list[dict], out_dir: str | Path) -> None:
     write_atomic(out_dir / "results.csv", lambda f: f.write(table.getvalue().encode()))
 
 def load_results(path: str | Path) -> list[dict]:
-    "The rows of a study's results.json, verified: against results.json.sha256 beside it when the study wrote one (always, in a study's marked folder); every field by its type and range (the only check a file written before checksums, such as the course's data/study-digits/, can have). `StudyError` with a sentence otherwise."
+    "The rows of a study's results.json, verified: against results.json.sha256 beside it when the study wrote one (always, in a study's marked folder); every field by its type and range and every row's summaries against its own records, `row_mismatches` (the only checks a file written before checksums, such as the course's data/study-digits/, can have). `StudyError` with a sentence otherwise."
     path = Path(path)
-    try: data = path.read_bytes()
+    try: data = read_regular(path)  # a named pipe in its place is refused at once
     except OSError as e: raise StudyError(f"{path} cannot be read ({e.strerror or e})") from None
     sums = _checksum_file(path)
     if sums.is_file():
@@ -308,11 +394,13 @@ def load_results(path: str | Path) -> list[dict]:
         raise StudyError(f"{path} lies in a study folder but its checksum file {sums.name} is missing, so it cannot be trusted; "
                          "write both again with the study (--report)")
     try: rows = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e: raise StudyError(f"{path} is not a readable results.json ({e})") from None
+    except ValueError as e: raise StudyError(f"{path} is not a readable results.json ({e})") from None
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise StudyError(f"{path} does not hold a study's rows (a list of results with {', '.join(RESULT_KEYS)})")
     for i, r in enumerate(rows):
         problems = row_problems(r, FAILED_KEYS if "failed" in r else tuple(RESULT_KEYS))
+        problems = problems or [p for p in [nonfinite_problem(r)] if p]  # a NaN in a field no rule reads
+        problems = problems or ([] if "failed" in r else row_mismatches(r))  # its summaries against its own records
         if problems:
             name = r["run"] if FIELD_RULES["run"][0](r.get("run")) else f"number {i + 1}"
             raise StudyError(f"{path} is not a valid results.json: its row {name} is wrong ({'; '.join(problems[:3])})")
