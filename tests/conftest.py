@@ -87,3 +87,29 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if dirtied:
         terminalreporter.write_line("The test run changed the checkout (tests must write only to temporary folders; "
                                     "set CTL_ALLOW_DIRTY=1 to skip this check): " + "; ".join(dirtied), red=True)
+
+
+# CTL_TEST_CPU=FILE: each process (controller or xdist worker) appends one line per test to FILE.<worker> --
+# nodeid, wall seconds, CPU seconds of the test's process and of the child processes it waited for (setup and
+# teardown included, so a module fixture counts in its module's first or last test). On a machine shared with other
+# jobs wall times swell; CPU seconds do not, and they are what benchmarks/results/ci_time.md compares.
+import pytest as _pytest
+
+
+@_pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    target = os.environ.get("CTL_TEST_CPU")
+    if not target:
+        yield
+        return
+    import resource
+    import time
+    def cpu(who):
+        r = resource.getrusage(who)
+        return r.ru_utime + r.ru_stime
+    w0, s0, c0 = time.monotonic(), cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
+    yield
+    w1, s1, c1 = time.monotonic(), cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    with open(f"{target}.{worker}", "a") as f:
+        f.write(f"{item.nodeid}\t{w1 - w0:.3f}\t{s1 - s0:.3f}\t{c1 - c0:.3f}\t{w0:.3f}\n")
