@@ -1,9 +1,9 @@
 """Shared pytest configuration: Hypothesis profiles, and the suite's size.
 
-The whole suite takes 570 s on 2 CPU cores run as README's test command runs it (`-n 2 --dist loadgroup`: two
-pytest-xdist workers, each test file whole on one of them); the tests marked `slow` (a browser, a site build, several
-processes, compiled kernels, whole training runs: each over 3.5 s) are most of it, so `pytest -n 2 -m "not slow"` is
-the quick inner loop: 1294 tests in 105 s on the same 2 cores.
+README's test command runs the suite on two pytest-xdist workers (`-n 2 --dist loadfile`, see below). The tests
+marked `slow` (a browser, a site build, several processes, compiled kernels, whole training runs: each over 3.5 s) are
+most of its time, so `pytest -n 2 -m "not slow"` is the quick inner loop. Where the time goes, in CPU seconds per file
+(`CTL_TEST_CPU`, below): benchmarks/results/ci_time.md.
 
 Pick a profile with the environment variable ``HYPOTHESIS_PROFILE``:
 
