@@ -7,9 +7,9 @@ or the binary named by the environment variable ``CTL_CHROMIUM``.
 The site tests build only the pages they need, ``SITE_ONLY`` (a regular expression on the notebooks' names, given to
 ``python -m ctl_explore.site --only``): lesson 02 (its two widgets become the explorables), lesson 91 (a cell the build
 skips, hidden cells), appendix 92 (a plotly figure and an explorable in a notebook's output) and the index (the list of
-pages and its links), plus ``explorables.html``; built once per session, however pytest-xdist spreads the files. Set ``CTL_SITE_ONLY=.`` to build and check every lesson, or
-``CTL_SITE`` to the folder of a site already built to check it without building (every lesson, unless
-``CTL_SITE_ONLY`` names the ones it was built with).
+pages and its links), plus ``explorables.html``: built once per session, however pytest-xdist spreads the files
+(``built_site``). Set ``CTL_SITE_ONLY=.`` to build and check every lesson, or ``CTL_SITE`` to the folder of a site
+already built to check it without building (every lesson, unless ``CTL_SITE_ONLY`` names the ones it was built with).
 """
 from __future__ import annotations
 
