@@ -45,10 +45,11 @@ def pytest_report_header(config):
 # benchmarks/results/ci_time.md; every other file after them, in collection order), so that no long file starts last
 # while the other worker idles. The site's three test files share one build of the site, which the controller starts
 # in the background as soon as the workers have collected them (tests/browser_setup.py).
-HEAVY = ("test_explorer_browser.py", "test_bench_gpu.py", "test_grader.py", "test_site_browser.py", "test_study_runs.py",
-         "test_explorables.py", "test_pretrain.py", "test_study.py", "test_site_screens.py", "test_cli.py",
-         "test_run_folders.py", "test_exercises_core.py", "test_train_distributed.py", "test_fast.py",
-         "test_train_compile.py", "test_suppression.py", "test_judge.py", "test_global_batchnorm.py")
+HEAVY = ("test_explorer_browser.py", "test_grader.py", "test_bench_gpu.py", "test_cli.py", "test_study_runs.py",
+         "test_site_browser.py", "test_pretrain.py", "test_study.py", "test_exercises_core.py", "test_explorables.py",
+         "test_fast.py", "test_run_folders.py", "test_site_screens.py", "test_train_distributed.py",
+         "test_global_batchnorm.py", "test_gpu_ready.py", "test_train_compile.py", "test_losses.py", "test_suppression.py",
+         "test_gradients.py", "test_judge.py")
 
 
 def pytest_collection_modifyitems(config, items):
