@@ -44,7 +44,7 @@ def tests(prefix: str) -> None:
     for path in sorted(glob.glob(prefix + ".*")):
         worker = path.rsplit(".", 1)[1]
         for line in Path(path).read_text().splitlines():
-            nodeid, wall, cpu, children, start = line.split("\t")
+            nodeid, wall, cpu, children, start = line.split("\t")[:5]
             wall, cpu, children, start = float(wall), float(cpu), float(children), float(start)
             f = per_file[nodeid.split("::")[0]]
             f[0] += wall; f[1] += cpu; f[2] += children; f[3] += 1; f[4].add(worker)

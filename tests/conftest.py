@@ -120,8 +120,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 
 # CTL_TEST_CPU=FILE: each process (controller or xdist worker) appends one line per test to FILE.<worker> --
-# nodeid, wall seconds, CPU seconds of the test's process and of the child processes it waited for (setup and
-# teardown included, so a module fixture counts in its module's first or last test). On a machine shared with other
+# nodeid, wall seconds, CPU seconds of the test's process and of the child processes it waited for, its start, and
+# ok/failed (setup and teardown included, so a module fixture counts in its module's first or last test). On a machine shared with other
 # jobs wall times swell; CPU seconds do not, and they are what benchmarks/results/ci_time.md compares.
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
@@ -139,4 +139,13 @@ def pytest_runtest_protocol(item, nextitem):
     w1, s1, c1 = time.monotonic(), cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     with open(f"{target}.{worker}", "a") as f:
-        f.write(f"{item.nodeid}\t{w1 - w0:.3f}\t{s1 - s0:.3f}\t{c1 - c0:.3f}\t{w0:.3f}\n")
+        f.write(f"{item.nodeid}\t{w1 - w0:.3f}\t{s1 - s0:.3f}\t{c1 - c0:.3f}\t{w0:.3f}\t"
+                f"{'failed' if item.nodeid in _FAILED else 'ok'}\n")
+
+
+_FAILED: set = set()
+
+
+def pytest_runtest_logreport(report):
+    if report.failed and os.environ.get("CTL_TEST_CPU"):
+        _FAILED.add(report.nodeid)
