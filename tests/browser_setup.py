@@ -7,9 +7,9 @@ or the binary named by the environment variable ``CTL_CHROMIUM``.
 The site tests build only the pages they need, ``SITE_ONLY`` (a regular expression on the notebooks' names, given to
 ``python -m ctl_explore.site --only``): lesson 02 (its two widgets become the explorables), lesson 91 (a cell the build
 skips, hidden cells), appendix 92 (a plotly figure and an explorable in a notebook's output) and the index (the list of
-pages and its links), plus ``explorables.html``. Set ``CTL_SITE_ONLY=.`` to build and check every lesson, or
-``CTL_SITE`` to the folder of a site already built to check it without building (every lesson, unless
-``CTL_SITE_ONLY`` names the ones it was built with).
+pages and its links), plus ``explorables.html``: built once per session, however pytest-xdist spreads the files
+(``built_site``). Set ``CTL_SITE_ONLY=.`` to build and check every lesson, or ``CTL_SITE`` to the folder of a site
+already built to check it without building (every lesson, unless ``CTL_SITE_ONLY`` names the ones it was built with).
 """
 from __future__ import annotations
 
@@ -72,31 +72,109 @@ def _git_status() -> set[str] | None:
 
 
 _BUILT: dict = {}
+SITE_FILES = ("test_site_browser.py", "test_explorables.py", "test_site_screens.py")  # the test files that use built_site
+BUILD_RECORD, BUILD_LOCK = "ctl-site-build.json", "ctl-site-build.lock"
 
 
 def built_site(tmp_path_factory) -> tuple[Path, dict, list | None]:
     """The site, built once per test session with ``--only SITE_ONLY``: (folder, manifest, the files the build added to
-    or changed in the repository, or None when unknown). The build's wall time is in the manifest's ``build_seconds``."""
+    or changed in the repository, or None when unknown). The build's wall time is in the manifest's ``build_seconds``.
+
+    Under pytest-xdist the site's test files run on either worker: the build is made once, in the session's shared
+    temporary folder, under a file lock there -- by the controller in the background from the start of the run (see
+    ``start_site_build``), or else by the first test that asks; the others wait on the lock and use that build (or
+    fail with its message when it failed)."""
     if "site" in _BUILT:
         return _BUILT["site"]
     if os.environ.get("CTL_SITE"):
         out = Path(os.environ["CTL_SITE"]).resolve()
         _BUILT["site"] = out, json.loads((out / "site.json").read_text()), None
         return _BUILT["site"]
-    out = tmp_path_factory.mktemp("site") / "_site"
+    from filelock import FileLock
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the folder above every worker's own: one per session, the controller's
+    record = shared / BUILD_RECORD
+    with FileLock(str(shared / BUILD_LOCK), timeout=BUILD_TIMEOUT_S + 300):
+        if not record.exists():
+            record.write_text(json.dumps(_build_site(shared / "ctl-site" / "_site")))
+        done = json.loads(record.read_text())
+    assert done["error"] is None, done["error"]
+    out = Path(done["out"])
+    manifest = json.loads((out / "site.json").read_text())
+    manifest["build_seconds"] = done["seconds"]
+    _BUILT["site"] = out, manifest, done["littered"]
+    return _BUILT["site"]
+
+
+def _build_site(out: Path) -> dict:
+    """Build the site into `out`: {out, seconds (wall), cpu_seconds (the build's processes), littered (the files the
+    build added to or changed in the repository, or None when unknown), error (None, or why the build failed)}."""
     before = _git_status()
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "ctl_explore.site", "--out", str(out), "--only", SITE_ONLY], cwd=REPO,
-                          capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+    with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
+        proc = subprocess.Popen([sys.executable, "-m", "ctl_explore.site", "--out", str(out), "--only", SITE_ONLY],
+                                cwd=REPO, stdout=stdout, stderr=stderr, text=True)
+        _BUILDING.append(proc)
+        try:
+            status, usage = _wait(proc, BUILD_TIMEOUT_S)
+        finally:
+            _BUILDING.remove(proc)
+        stdout.seek(0); stderr.seek(0)
+        out_text, err_text = stdout.read(), stderr.read()
     seconds = time.monotonic() - start
     after = _git_status()
-    assert proc.returncode == 0, f"the site build failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
-    assert f"open {out / 'index.html'}" in proc.stdout, proc.stdout
+    error = None
+    if status is None:
+        error = f"the site build ran past {BUILD_TIMEOUT_S} s and was stopped"
+    elif status != 0:
+        error = f"the site build failed (exit {status}):\n{err_text[-4000:]}"
+    elif f"open {out / 'index.html'}" not in out_text:
+        error = out_text
     littered = sorted(after - before) if before is not None and after is not None else None
-    manifest = json.loads((out / "site.json").read_text())
-    manifest["build_seconds"] = round(seconds, 1)
-    _BUILT["site"] = out, manifest, littered
-    return _BUILT["site"]
+    return dict(out=str(out), seconds=round(seconds, 1), cpu_seconds=usage, littered=littered, error=error)
+
+
+_BUILDING: list = []  # the build's process while it runs (the controller stops it when the session ends first)
+
+
+def _wait(proc, timeout: float) -> tuple[int | None, float | None]:
+    "Wait for `proc`: (exit status, or None when it ran past `timeout` and was killed; CPU seconds of it and its children)."
+    deadline = time.monotonic() + timeout
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            return proc.returncode, round(usage.ru_utime + usage.ru_stime, 1)
+        if time.monotonic() > deadline:
+            proc.kill(); proc.wait()
+            return None, None
+        time.sleep(0.2)
+
+
+def start_site_build(shared: Path) -> None:
+    """In the xdist controller, once the workers have collected site tests: build the site in a background thread (its
+    file lock taken before this returns), so that the build runs beside the other tests instead of holding up a worker."""
+    import threading
+    from filelock import FileLock
+    if os.environ.get("CTL_SITE") or (shared / BUILD_RECORD).exists():
+        return
+    lock = FileLock(str(shared / BUILD_LOCK), thread_local=False)
+    lock.acquire()
+
+    def build():
+        try:
+            if not (shared / BUILD_RECORD).exists():
+                (shared / BUILD_RECORD).write_text(json.dumps(_build_site(shared / "ctl-site" / "_site")))
+        finally:
+            lock.release()
+    threading.Thread(target=build, name="ctl-site-build", daemon=True).start()
+
+
+def stop_site_build() -> None:
+    "At the session's end: stop a build that no test waited for (a run stopped early, say)."
+    for proc in list(_BUILDING):
+        proc.kill()
 
 
 def site_lessons(lessons: list[Path]) -> list[Path]:

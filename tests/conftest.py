@@ -1,9 +1,9 @@
 """Shared pytest configuration: Hypothesis profiles, and the suite's size.
 
-The whole suite takes 570 s on 2 CPU cores run as README's test command runs it (`-n 2 --dist loadgroup`: two
-pytest-xdist workers, each test file whole on one of them); the tests marked `slow` (a browser, a site build, several
-processes, compiled kernels, whole training runs: each over 3.5 s) are most of it, so `pytest -n 2 -m "not slow"` is
-the quick inner loop: 1294 tests in 105 s on the same 2 cores.
+README's test command runs the suite on two pytest-xdist workers (`-n 2 --dist loadfile`, see below). The tests
+marked `slow` (a browser, a site build, several processes, compiled kernels, whole training runs: each over 3.5 s) are
+most of its time, so `pytest -n 2 -m "not slow"` is the quick inner loop. Where the time goes, in CPU seconds per file
+(`CTL_TEST_CPU`, below): benchmarks/results/ci_time.md.
 
 Pick a profile with the environment variable ``HYPOTHESIS_PROFILE``:
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
@@ -36,16 +37,42 @@ def pytest_report_header(config):
             f"torch threads: {torch.get_num_threads()}")
 
 
-# With pytest-xdist (`-n 2`, set in pyproject's addopts), each test file runs whole on one worker, so that its module
-# fixtures are made once; the two files that check the built site share one group, so the site is built once.
-SITE_FILES = {"test_site_browser.py", "test_explorables.py", "test_site_screens.py"}
+# README's test command runs the suite on two pytest-xdist workers with `--dist loadfile`: a work unit is a test
+# file, so that a file's module fixtures (a browser, a kernel, a JupyterLab) are made once, on one worker.
+# (`--dist loadgroup`, used before, groups by `xdist_group` marks through a test id that pytest 9 no longer lets xdist
+# 3.8 change: every test became a unit of its own, spread over both workers, and each worker made every module fixture
+# again, the site's build included.) The units go out heaviest first (HEAVY, from the CPU seconds measured in
+# benchmarks/results/ci_time.md; every other file after them, in collection order), so that no long file starts last
+# while the other worker idles. The site's three test files share one build of the site, which the controller starts
+# in the background as soon as the workers have collected them (tests/browser_setup.py).
+HEAVY = ("test_explorer_browser.py", "test_grader.py", "test_bench_gpu.py", "test_cli.py", "test_study_runs.py",
+         "test_site_browser.py", "test_pretrain.py", "test_study.py", "test_exercises_core.py", "test_explorables.py",
+         "test_fast.py", "test_run_folders.py", "test_site_screens.py", "test_train_distributed.py",
+         "test_global_batchnorm.py", "test_gpu_ready.py", "test_train_compile.py", "test_losses.py", "test_suppression.py",
+         "test_gradients.py", "test_judge.py")
 
 
 def pytest_collection_modifyitems(config, items):
-    import pytest
-    for item in items:
-        name = item.path.name
-        item.add_marker(pytest.mark.xdist_group("site" if name in SITE_FILES else name))
+    rank = {name: i for i, name in enumerate(HEAVY)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(HEAVY)))  # stable: each file's tests keep their order
+
+
+def pytest_configure(config):
+    # xdist would put the units in order of their number of tests; keep the order above (heaviest first)
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    "In the controller: once a worker has collected the site's tests, start building the site in the background."
+    from browser_setup import SITE_FILES, start_site_build
+    config = node.config
+    if getattr(config, "_ctl_site_build_started", False):
+        return
+    if any(nodeid.split("::")[0].rsplit("/", 1)[-1] in SITE_FILES for nodeid in ids):
+        config._ctl_site_build_started = True
+        start_site_build(config._tmp_path_factory.getbasetemp())
 
 
 # The suite leaves the checkout as it found it: tests write only to temporary folders, and benchmark results are
@@ -72,6 +99,9 @@ def pytest_sessionstart(session):
 
 
 def pytest_sessionfinish(session, exitstatus):
+    if getattr(session.config, "_ctl_site_build_started", False):
+        from browser_setup import stop_site_build
+        stop_site_build()
     before = getattr(session.config, "_ctl_git_before", None)
     if before is None: return
     after = _git_status(session.config.rootpath)
@@ -87,3 +117,35 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if dirtied:
         terminalreporter.write_line("The test run changed the checkout (tests must write only to temporary folders; "
                                     "set CTL_ALLOW_DIRTY=1 to skip this check): " + "; ".join(dirtied), red=True)
+
+
+# CTL_TEST_CPU=FILE: each process (controller or xdist worker) appends one line per test to FILE.<worker> --
+# nodeid, wall seconds, CPU seconds of the test's process and of the child processes it waited for, its start, and
+# ok/failed (setup and teardown included, so a module fixture counts in its module's first or last test). On a machine shared with other
+# jobs wall times swell; CPU seconds do not, and they are what benchmarks/results/ci_time.md compares.
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    target = os.environ.get("CTL_TEST_CPU")
+    if not target:
+        yield
+        return
+    import resource
+    import time
+    def cpu(who):
+        r = resource.getrusage(who)
+        return r.ru_utime + r.ru_stime
+    w0, s0, c0 = time.monotonic(), cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
+    yield
+    w1, s1, c1 = time.monotonic(), cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    with open(f"{target}.{worker}", "a") as f:
+        f.write(f"{item.nodeid}\t{w1 - w0:.3f}\t{s1 - s0:.3f}\t{c1 - c0:.3f}\t{w0:.3f}\t"
+                f"{'failed' if item.nodeid in _FAILED else 'ok'}\n")
+
+
+_FAILED: set = set()
+
+
+def pytest_runtest_logreport(report):
+    if report.failed and os.environ.get("CTL_TEST_CPU"):
+        _FAILED.add(report.nodeid)

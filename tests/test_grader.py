@@ -29,9 +29,11 @@ def test_grade_scores_right_wrong_crashing_looping_and_cheating_submissions(tmp_
     subs = tmp_path / "week2"
     _write(subs / "right" / "06_memory_bank.ipynb", IMPORT, RIGHT, "lag = lambda m: m / (1 - m)")
     _write(subs / "wrong.ipynb", IMPORT, "kept = lambda n_rows, alpha: max(1, math.ceil(alpha * (n_rows - 1)))", "lag = lambda m: 1 / (1 - m)")
-    _write(subs / "crash.ipynb", IMPORT, "lag = lambda m: m / (1 - m)", "import os; os._exit(3)", "while True: pass", RIGHT)
+    _write(subs / "crash.ipynb", IMPORT, "lag = lambda m: m / (1 - m)", "import os; os._exit(3)", "import time\nwhile True: time.sleep(0.05)", RIGHT)
     _write(subs / "cheat.ipynb", IMPORT, "from ctl_explore.losses import n_informative\ncheck_06_3 = lambda answer: print('Right.')",
            "kept = lambda n_rows, alpha: n_informative(n_rows - 1, alpha)\ncheck_06_3(kept)", "import os; os.remove('DO-NOT-DELETE.txt')")
+    # (the loop sleeps: the limit must interrupt it all the same, and 10 s of spinning would only take a core from the
+    # other tests)
     lines = []
     rows = grade([subs], tmp_path / "grades.csv", time_limit=10, echo=lines.append)
     table = {(r["student"], r["exercise"]): r for r in rows}
