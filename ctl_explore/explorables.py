@@ -17,90 +17,16 @@ import torch
 from .checks import check_in_range, check_int
 from .explorer import (ALPHA_RANGE, LAM_RANGE, N_BINS, N_TOP, POS_RANGE, REFERENCE_TAUS, SOURCES,
                        SYNTHETIC_POSITIVE, TAU_GRID, TAU_RANGE, class_clusters, digit_similarities, entropy_figure,
-                       gradient_figure, loss_figure, max_negatives, penalty_figure, playground_losses, similarity_set, sphere_step)
+                       gradient_figure, loss_figure, max_negatives, negative_draws, explorer_spec, _checked, _draws, _plain, _figure_dicts, penalty_figure, playground_losses, similarity_set, sphere_step)
 from .html import package_text, render
 from .losses import loss_spec
 from .metrics import sphere_uniformity_limit, tolerance, uniformity
 
 # %% auto #0
 __all__ = ['EXPLORABLE_KINDS', 'EXPLORABLES_JS', 'REPLAY_TAUS', 'TAU_FREE', 'FRAME_SCALE', 'EXPLORABLES_CSS', 'EXPLORABLES_PAGE',
-           'STUDY_RESULTS', 'RANDBIT_RESULTS', 'negative_draws', 'explorer_spec', 'explorable_html', 'Explorable',
-           'replay_run', 'playground_spec', 'explorable_for_widget', 'figure_stepper', 'study_stepper', 'plane_stepper',
-           'randbit_stepper', 'explorables_page']
-
-# %% ../nbs/92_static_explorables.ipynb #x009
-def negative_draws(
-    source: str,   # one of lesson 02's `SOURCES`
-    seed: int = 0, # the seed `similarity_set` is called with
-) -> tuple[float, list[float]]:
-    "s_ii of the set and its negatives in drawn order: sorted, the first k are `similarity_set(source, k, seed)[1]` to 1e-14 ([] for 'spread')."
-    k_max = max_negatives(source)  # a ValueError for an unknown source
-    if source == "spread": return SYNTHETIC_POSITIVE, []
-    if source == "near":
-        u = torch.rand(k_max, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-        pos, draws = SYNTHETIC_POSITIVE, 1 - 2 * u ** 3
-    else: pos, draws = digit_similarities(k_max, seed=seed)
-    for k in sorted({2, 3, 17, 256, k_max // 2 + 1, k_max}):
-        want_pos, want = similarity_set(source, k, seed)
-        if want_pos != pos or not torch.allclose(draws[:k].sort().values, want, rtol=0, atol=1e-14):
-            raise RuntimeError(f"the {source!r} negatives drawn here differ from similarity_set's at k={k}: "
-                               "lesson 02 changed how it draws them, so negative_draws must follow")
-    return pos, draws.tolist()
-
-# %% ../nbs/92_static_explorables.ipynb #x012
-def _checked(name: str, value, low: float, high: float) -> float:
-    return check_in_range(name, value, low, high, why="the range of its slider")
-
-@lru_cache(maxsize=8)
-def _draws(source: str, seed: int) -> tuple[float, tuple[float, ...]]:
-    pos, draws = negative_draws(source, seed)
-    return pos, tuple(draws)
-
-def _plain(obj):
-    "`obj` with plotly's typed arrays ({'dtype', 'bdata', 'shape'}) as plain lists, so the page holds numbers as numbers."
-    if isinstance(obj, dict):
-        if "bdata" in obj and "dtype" in obj:
-            a = np.frombuffer(base64.b64decode(obj["bdata"]), dtype=np.dtype(obj["dtype"]))
-            shape = obj.get("shape")
-            if shape: a = a.reshape([int(n) for n in str(shape).split(",")] if isinstance(shape, str) else shape)
-            return a.tolist()
-        return {k: _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)): return [_plain(v) for v in obj]
-    if isinstance(obj, np.ndarray): return obj.tolist()
-    return obj
-
-def _figure_dicts(*figures) -> tuple[dict, list[dict]]:
-    "Plotly's template (the same for all of `figures`) and each figure's dict without it, its arrays as plain lists."
-    dicts = [_plain(f.to_dict()) for f in figures]
-    template = dicts[0]["layout"].pop("template", {})
-    for d in dicts[1:]: d["layout"].pop("template", None)
-    return template, dicts
-
-def explorer_spec(
-    tau: float = 0.2,         # temperature, in [0.01, 10]
-    alpha: float = 0.1,       # fraction of negatives the hard loss keeps, in [0.01, 1]
-    lam: float | None = None, # λ of the simple loss, in [1e-4, 1]; None: 1/k
-    source: str = "spread",   # the set of negatives, one of lesson 02's `SOURCES`
-    k: int = 256,             # number of negatives, 2 <= k <= max_negatives(source)
-    pos: float | None = None, # s_ii, in [-1, 1]; None: the set's own positive
-    seed: int = 0,            # seeds the random sets, as in `similarity_set`
-    log_r: bool = False,      # r_i on a log axis
-) -> dict:
-    "What the page's temperature explorer needs, as JSON-able data: settings, ranges, the drawn negatives, the τ axis and the four empty figures."
-    tau, alpha = _checked("tau", tau, *TAU_RANGE), _checked("alpha", alpha, *ALPHA_RANGE)
-    k = check_int("k", k, 2, max_negatives(source))
-    lam = _checked("lam", 1 / k if lam is None else lam, *LAM_RANGE)
-    sources = {}
-    for key, label in SOURCES.items():
-        set_pos, draws = _draws(key, seed)
-        sources[key] = dict(label=label, max_k=max_negatives(key), pos=set_pos, draws=list(draws))
-    pos = sources[source]["pos"] if pos is None else _checked("pos", pos, *POS_RANGE)
-    template, figures = _figure_dicts(penalty_figure(), entropy_figure(), loss_figure(), gradient_figure())
-    return dict(kind="temperature-explorer",
-                state=dict(tau=tau, alpha=alpha, lam=lam, source=source, k=k, pos=pos, seed=seed, log_r=bool(log_r)),
-                ranges=dict(tau=TAU_RANGE, alpha=ALPHA_RANGE, lam=LAM_RANGE, pos=POS_RANGE), sources=sources,
-                tau_grid=TAU_GRID.tolist(), reference_taus=list(REFERENCE_TAUS), n_bins=N_BINS, n_top=N_TOP,
-                template=template, figures=dict(zip(("penalty", "entropy", "loss", "gradient"), figures)))
+           'STUDY_RESULTS', 'RANDBIT_RESULTS', 'explorable_html', 'Explorable', 'replay_run', 'playground_spec',
+           'explorable_for_widget', 'figure_stepper', 'study_stepper', 'plane_stepper', 'randbit_stepper',
+           'explorables_page']
 
 # %% ../nbs/92_static_explorables.ipynb #x015
 EXPLORABLE_KINDS = ("temperature-explorer", "hypersphere-replay", "figure-stepper")

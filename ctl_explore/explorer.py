@@ -5,6 +5,7 @@
 # %% ../nbs/17_explorer_machinery.ipynb #64da114b
 from __future__ import annotations
 
+import base64
 import math
 from contextlib import contextmanager
 from functools import lru_cache
@@ -32,9 +33,10 @@ from .metrics import sphere_uniformity_limit, tolerance, uniformity
 __all__ = ['TAU_RANGE', 'ALPHA_RANGE', 'LAM_RANGE', 'POS_RANGE', 'MAX_K', 'SOURCES', 'SYNTHETIC_POSITIVE', 'TAU_GRID',
            'REFERENCE_TAUS', 'N_BINS', 'N_TOP', 'PLAYGROUND_PARAMS', 'LOSSES', 'max_negatives', 'digit_similarities',
            'similarity_set', 'entropy_curve', 'loss_curves', 'limit_regimes', 'penalty_figure', 'entropy_figure',
-           'loss_figure', 'regime_labels', 'gradient_figure', 'update_figure', 'batched', 'ExplorerFigures',
-           'TemperatureExplorer', 'temperature_explorer', 'class_clusters', 'playground_losses', 'sphere_loss',
-           'sphere_step', 'simulate', 'HyperspherePlayground', 'hypersphere_playground']
+           'loss_figure', 'regime_labels', 'gradient_figure', 'update_figure', 'batched', 'negative_draws',
+           'explorer_spec', 'ExplorerFigures', 'TemperatureExplorer', 'temperature_explorer', 'class_clusters',
+           'playground_losses', 'sphere_loss', 'sphere_step', 'simulate', 'HyperspherePlayground',
+           'hypersphere_playground']
 
 # %% ../nbs/17_explorer_machinery.ipynb #030e6dd2
 TAU_RANGE = (0.01, 10.0)    # temperature τ
@@ -271,6 +273,80 @@ def _one_thread():
     try: yield
     finally: torch.set_num_threads(n_threads)
 
+# %% ../nbs/17_explorer_machinery.ipynb #x009
+def negative_draws(
+    source: str,   # one of lesson 02's `SOURCES`
+    seed: int = 0, # the seed `similarity_set` is called with
+) -> tuple[float, list[float]]:
+    "s_ii of the set and its negatives in drawn order: sorted, the first k are `similarity_set(source, k, seed)[1]` to 1e-14 ([] for 'spread')."
+    k_max = max_negatives(source)  # a ValueError for an unknown source
+    if source == "spread": return SYNTHETIC_POSITIVE, []
+    if source == "near":
+        u = torch.rand(k_max, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+        pos, draws = SYNTHETIC_POSITIVE, 1 - 2 * u ** 3
+    else: pos, draws = digit_similarities(k_max, seed=seed)
+    for k in sorted({2, 3, 17, 256, k_max // 2 + 1, k_max}):
+        want_pos, want = similarity_set(source, k, seed)
+        if want_pos != pos or not torch.allclose(draws[:k].sort().values, want, rtol=0, atol=1e-14):
+            raise RuntimeError(f"the {source!r} negatives drawn here differ from similarity_set's at k={k}: "
+                               "lesson 02 changed how it draws them, so negative_draws must follow")
+    return pos, draws.tolist()
+
+# %% ../nbs/17_explorer_machinery.ipynb #x012
+def _checked(name: str, value, low: float, high: float) -> float:
+    return check_in_range(name, value, low, high, why="the range of its slider")
+
+@lru_cache(maxsize=8)
+def _draws(source: str, seed: int) -> tuple[float, tuple[float, ...]]:
+    pos, draws = negative_draws(source, seed)
+    return pos, tuple(draws)
+
+def _plain(obj):
+    "`obj` with plotly's typed arrays ({'dtype', 'bdata', 'shape'}) as plain lists, so the page holds numbers as numbers."
+    if isinstance(obj, dict):
+        if "bdata" in obj and "dtype" in obj:
+            a = np.frombuffer(base64.b64decode(obj["bdata"]), dtype=np.dtype(obj["dtype"]))
+            shape = obj.get("shape")
+            if shape: a = a.reshape([int(n) for n in str(shape).split(",")] if isinstance(shape, str) else shape)
+            return a.tolist()
+        return {k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)): return [_plain(v) for v in obj]
+    if isinstance(obj, np.ndarray): return obj.tolist()
+    return obj
+
+def _figure_dicts(*figures) -> tuple[dict, list[dict]]:
+    "Plotly's template (the same for all of `figures`) and each figure's dict without it, its arrays as plain lists."
+    dicts = [_plain(f.to_dict()) for f in figures]
+    template = dicts[0]["layout"].pop("template", {})
+    for d in dicts[1:]: d["layout"].pop("template", None)
+    return template, dicts
+
+def explorer_spec(
+    tau: float = 0.2,         # temperature, in [0.01, 10]
+    alpha: float = 0.1,       # fraction of negatives the hard loss keeps, in [0.01, 1]
+    lam: float | None = None, # λ of the simple loss, in [1e-4, 1]; None: 1/k
+    source: str = "spread",   # the set of negatives, one of lesson 02's `SOURCES`
+    k: int = 256,             # number of negatives, 2 <= k <= max_negatives(source)
+    pos: float | None = None, # s_ii, in [-1, 1]; None: the set's own positive
+    seed: int = 0,            # seeds the random sets, as in `similarity_set`
+    log_r: bool = False,      # r_i on a log axis
+) -> dict:
+    "What the page's temperature explorer needs, as JSON-able data: settings, ranges, the drawn negatives, the τ axis and the four empty figures."
+    tau, alpha = _checked("tau", tau, *TAU_RANGE), _checked("alpha", alpha, *ALPHA_RANGE)
+    k = check_int("k", k, 2, max_negatives(source))
+    lam = _checked("lam", 1 / k if lam is None else lam, *LAM_RANGE)
+    sources = {}
+    for key, label in SOURCES.items():
+        set_pos, draws = _draws(key, seed)
+        sources[key] = dict(label=label, max_k=max_negatives(key), pos=set_pos, draws=list(draws))
+    pos = sources[source]["pos"] if pos is None else _checked("pos", pos, *POS_RANGE)
+    template, figures = _figure_dicts(penalty_figure(), entropy_figure(), loss_figure(), gradient_figure())
+    return dict(kind="temperature-explorer",
+                state=dict(tau=tau, alpha=alpha, lam=lam, source=source, k=k, pos=pos, seed=seed, log_r=bool(log_r)),
+                ranges=dict(tau=TAU_RANGE, alpha=ALPHA_RANGE, lam=LAM_RANGE, pos=POS_RANGE), sources=sources,
+                tau_grid=TAU_GRID.tolist(), reference_taus=list(REFERENCE_TAUS), n_bins=N_BINS, n_top=N_TOP,
+                template=template, figures=dict(zip(("penalty", "entropy", "loss", "gradient"), figures)))
+
 # %% ../nbs/17_explorer_machinery.ipynb #b81e2d02
 @lru_cache(maxsize=2)
 def _widget_esm(*scripts: str) -> str:
@@ -288,13 +364,12 @@ class ExplorerFigures(anywidget.AnyWidget):
     k = traitlets.Int(256).tag(sync=True)
     source_index = traitlets.Int(0).tag(sync=True)  # the index in `SOURCES`, as a Dropdown's front end holds it
     log_r = traitlets.Bool(False).tag(sync=True)
-    spec = traitlets.Dict().tag(sync=True)          # appendix 92's `explorer_spec`: the negatives' draws, the τ axis, the empty figures
+    spec = traitlets.Dict().tag(sync=True)          # `explorer_spec`: the negatives' draws, the τ axis, the empty figures
     _esm = property(lambda self: _widget_esm("explorables.js", "explorer-widget.js"))
     _css = ".ctl-live-figures .ctl-x-figures { display: grid; grid-template-columns: repeat(2, minmax(0, 1fr)); gap: 0.5em; }\n" \
            ".ctl-live-figures .ctl-x-plot { min-width: 0; }"
 
     def __init__(self, tau=0.2, alpha=0.1, lam=1 / 256, source="spread", k=256, pos=SYNTHETIC_POSITIVE, seed=0, log_r=False):
-        from ctl_explore.explorables import explorer_spec  # appendix 92 builds on this module
         spec = explorer_spec(tau, alpha, lam, source, k, pos, seed, log_r)
         super().__init__(tau=tau, alpha=alpha, lam=lam, pos=pos, k=k, source_index=list(SOURCES).index(source), log_r=log_r,
                          spec={**spec, "source_keys": list(SOURCES)})

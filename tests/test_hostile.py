@@ -79,14 +79,15 @@ def _served(run: Path, row: dict):
 
 # ---------------------------------------------------------------- 1. rows re-sealed with row_checksum
 
-ROW = SHIPPED[0]  # contrastive, τ 0.05, seed 0: a trajectory of 40 epochs, a per-image record, its criteria
+ROW = SHIPPED[0]  # contrastive, τ 0.05, seed 0: a trajectory measured every eval_every epochs, a per-image record, its criteria
+_LAST3 = ", ".join(str(p["epoch"]) for p in ROW["trajectory"][-3:])  # the three epochs a cut trajectory loses
 RESEALED = {  # name: (the edit, what the sentence names)
     "accuracy beside another per-image record": (dict(linear_top1=0.9986), "linear_top1 is 0.998600, but its per-image record gives"),
     "a record shorter than the test set": (dict(probe_correct=ROW["probe_correct"][:-1]), "holds 358 test images, but n_test is 359"),
     "NaN in alignment_change": (dict(alignment_change=math.nan), "alignment_change must be a finite number, or null, got nan"),
     "NaN in the criteria": (dict(criteria={**ROW["criteria"], "window": math.nan}), "criteria.window is nan"),
     "infinity in a field of its own": (dict(note=math.inf), "note is inf"),
-    "a trajectory cut short": (dict(trajectory=ROW["trajectory"][:-3]), "trajectory lacks the measured epochs 190, 195, 200"),
+    "a trajectory cut short": (dict(trajectory=ROW["trajectory"][:-3]), f"trajectory lacks the measured epochs {_LAST3}"),
     "a string in the trajectory": (dict(trajectory=[{**p, "alignment": "0.1"} for p in ROW["trajectory"]]), "trajectory must be"),
     "a trajectory point with an extra key": (dict(trajectory=[{**p, "x": 1} for p in ROW["trajectory"]]), "trajectory must be"),
     "epochs out of order": (dict(trajectory=ROW["trajectory"][::-1]), "trajectory must be"),

@@ -22,12 +22,15 @@ from ..linear_eval import linear_eval, LinearEvalConfig
 from ..losses import loss_spec
 from ..metrics import alignment, similarity_profile, tolerance, uniformity
 from ..train import build_model, embed, load_checkpoint, pretrain, PretrainConfig
-from .rows import RESULT_FORMAT, TRAJECTORY_KEYS
+
+RESULT_FORMAT = "ctl_explore.study-result/3"   # bumped whenever a row's meaning changes: older rows are measured again (appendix 22)
+TRAJECTORY_KEYS = ("epoch", "uniformity", "tolerance", "alignment", "knn_accuracy")  # what a run measures at an epoch
 
 
 # %% auto #0
-__all__ = ['CRITERIA', 'KNN_CRITERIA', 'MIN_WINDOW_POINTS', 'effective_rank', 'collapse_diagnostics', 'Criteria', 'first_drop',
-           'window_epochs', 'check_run', 'neighbour_purity', 'run_embeddings', 'measure_run']
+__all__ = ['RESULT_FORMAT', 'TRAJECTORY_KEYS', 'CRITERIA', 'KNN_CRITERIA', 'MIN_WINDOW_POINTS', 'effective_rank',
+           'collapse_diagnostics', 'Criteria', 'first_drop', 'window_epochs', 'check_run', 'neighbour_purity',
+           'run_embeddings', 'measure_run']
 
 # %% ../../nbs/21_study_measure.ipynb #8a4db458
 def effective_rank(x: torch.Tensor) -> float:

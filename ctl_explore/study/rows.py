@@ -19,21 +19,22 @@ from pathlib import Path
 from ..losses import loss_names, loss_spec
 from ..run_folders import RunFolderError, json_text, nonfinite_at, read_regular, write_atomic, write_json_atomic
 from ..train import PretrainConfig, run_identity
+from . import judge
+from .measure import RESULT_FORMAT, TRAJECTORY_KEYS, Criteria, check_run  # measured rows are defined there
 from .plan import check_preset, run_name, StudyPreset
 
 
 # %% auto #0
-__all__ = ['RESULT_FORMAT', 'RESULT_KEYS', 'TRAJECTORY_KEYS', 'SEAL_KEYS', 'FIELD_RULES', 'FAILED_KEYS', 'STUDY_MARKER',
-           'STUDY_ENTRIES', 'REPORT_GENERATOR', 'StudyError', 'row_checksum', 'seal_row', 'unsealed', 'file_digest',
-           'row_problems', 'nonfinite_problem', 'row_mismatches', 'failed_row', 'is_stretch', 'saved_row',
-           'claim_study_folder', 'write_results', 'load_results']
+__all__ = ['RESULT_KEYS', 'SEAL_KEYS', 'FIELD_RULES', 'FAILED_KEYS', 'STUDY_MARKER', 'STUDY_ENTRIES', 'REPORT_GENERATOR',
+           'StudyError', 'row_checksum', 'seal_row', 'unsealed', 'file_digest', 'row_problems', 'nonfinite_problem',
+           'row_mismatches', 'failed_row', 'is_stretch', 'saved_row', 'claim_study_folder', 'write_results',
+           'load_results']
 
 # %% ../../nbs/22_study_rows.ipynb #326d67de
-RESULT_FORMAT = "ctl_explore.study-result/3"   # bumped whenever a row's meaning changes: older rows are measured again
 RESULT_KEYS = ("run", "loss", "tau", "alpha", "lam", "seed", "linear_top1", "uniformity", "tolerance", "alignment",
                "pos_similarity", "top10_negatives", "neighbour_purity", "n_train", "n_test", "converged", "collapsed",
                "uniformity_change", "knn_change", "wall_time_s")
-TRAJECTORY_KEYS = ("epoch", "uniformity", "tolerance", "alignment", "knn_accuracy")
+# RESULT_FORMAT and TRAJECTORY_KEYS: appendix 21, where a row is measured
 
 
 # %% ../../nbs/22_study_rows.ipynb #26f3af10
@@ -84,7 +85,6 @@ def _trajectory(v) -> bool:
 
 def _criteria(v) -> bool:
     "The convergence criteria a row was judged by: exactly `Criteria`'s fields (appendix 21), each a finite number (those that may be off, or null)."
-    from ctl_explore.study.measure import Criteria  # (that module imports this one)
     fields = {f.name for f in dataclasses.fields(Criteria)}
     if not isinstance(v, dict) or set(v) != fields: return False
     optional = {f.name for f in dataclasses.fields(Criteria) if f.default is None or "None" in str(f.type)}
@@ -163,8 +163,6 @@ def row_mismatches(row: dict) -> list[str]:
     flags against its own numbers (the judge's checks, appendix 28); its fitted changes against its trajectory and
     criteria; its uniformity and tolerance against the last measured epoch (a float32 run's); its alignment against its
     positive similarity (‖u − v‖² = 2 − 2 cos for unit vectors); its top-10 negatives largest first."""
-    from ctl_explore.study import judge  # (it imports this module)
-    from ctl_explore.study.measure import Criteria, check_run
     out = [f"{k} is not a field of a study's row" for k in row if k not in FIELD_RULES]
     config = PretrainConfig.from_dict(row["config"]) if _valid_config(row.get("config")) else None
     if config is not None:
