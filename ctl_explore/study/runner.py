@@ -6,11 +6,8 @@
 from __future__ import annotations
 
 import math
-import multiprocessing as mp
-import os
 import time
 import warnings
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -21,8 +18,7 @@ from .plan import check_preset, get_preset, run_name, study_configs, StudyPreset
 from .report import write_report
 from .rows import (_config_diff, _integer, claim_study_folder, failed_row, is_stretch, saved_row,
                                     StudyError, write_results)
-from .workers import (_attempt, _capped_workers, _on_cuda, _plain_main, _stop, _train_and_measure,
-                                       _work, _worker_start, worker_devices)
+from .workers import _attempt, _capped_workers, _on_cuda, _train_and_measure, printable, worker_devices, WorkerPool
 
 
 # %% auto #0
@@ -88,13 +84,8 @@ def run_study(
     bar = tqdm(total=len(configs), initial=len(rows), desc=f"study {p.name}", disable=quiet)
     pool, killed = None, False
     try:
-        if n_workers > 1:
-            gpus = None
-            if _on_cuda(p):
-                gpus = mp.get_context("spawn").Queue()
-                for gpu in worker_devices(n_workers): gpus.put(gpu)
-            pool = ProcessPoolExecutor(n_workers, mp_context=mp.get_context("spawn"), initializer=_worker_start,
-                                       initargs=(gpus, os.getpid()))
+        if n_workers > 1 or _on_cuda(p):  # on CUDA even one worker is a process of its own: a CUDA error cannot poison this one
+            pool = WorkerPool(n_workers, "ctl_explore.study.workers:_work", worker_devices(n_workers) if _on_cuda(p) else None)
         while pending:
             busy = []
             for i, (row, refusal) in _attempts(pool, configs, dirs, pending, probe, p.stretch):
@@ -113,7 +104,7 @@ def run_study(
                                len(configs), out_dir) from None
     finally:
         bar.close()
-        if pool is not None: _stop(pool, kill=killed)
+        if pool is not None: pool.close(kill=killed)
     ordered = [rows[i] for i in range(len(configs))]
     write_results(ordered, out_dir)
     if refused:
@@ -122,21 +113,14 @@ def run_study(
     return ordered
 
 def _attempts(pool, configs, dirs, pending, probe, stretch):
-    "(index, (row, refusal)) of each pending run as it finishes: in this process, or in the pool's workers."
+    "(index, (row, refusal)) of each pending run as it finishes: in this process, or in the pool's workers (a run whose worker died twice, or that raised there, as a failed row)."
     if pool is None:
         for i in pending: yield i, _attempt(configs[i], dirs[i], probe, None, stretch)
         return
-    with _plain_main():  # the workers start while these are submitted
-        futures = {pool.submit(_work, configs[i].to_dict(), str(dirs[i]), probe, stretch): i for i in pending}
-    left = set(futures)
-    while left:
-        done, left = wait(left, return_when=FIRST_COMPLETED)
-        for f in done:
-            i = futures[f]
-            try: yield i, f.result()
-            except KeyboardInterrupt: raise
-            except BaseException as e:  # the worker process died (killed, out of memory): this run fails, the others go on
-                yield i, (failed_row(configs[i], f"its worker process ended abruptly ({type(e).__name__}); run the study again to retry it"), None)
+    tasks = {i: (configs[i].to_dict(), str(dirs[i]), probe, stretch) for i in pending}
+    for i, (kind, value) in pool.run(tasks):
+        if kind == "done": yield i, value
+        else: yield i, (failed_row(configs[i], printable(f"{value}; run the study again to retry it")), None)
 
 # %% ../../nbs/16_study_machinery.ipynb #d1c0a002
 def check_shipped(preset: StudyPreset, rows: list[dict], n_train: int | None = None) -> None:
