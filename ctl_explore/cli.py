@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as e:  # Ctrl-C: where it stopped, and how to go on; no traceback
         said = str(e) if isinstance(e, (TrainingInterrupted, StudyInterrupted)) else "interrupted; run the same command to resume"
         print(f"ctl-explore: {said}", file=sys.stderr)
-        return 130
+        return getattr(e, "exit_status", 130)  # 143 after SIGTERM (TrainingTerminated): a Slurm script requeues on it
     except CudaUnavailableError as e:  # CUDA asked for where torch cannot use a GPU: one sentence, before any download
         print(f"ctl-explore: error: {e}", file=sys.stderr)
         return 1
