@@ -28,3 +28,13 @@ def run(key, log: str, plan: list[str], pause: float) -> tuple[str, bool]:
 def env(name: str) -> tuple[str | None, bool]:
     "(this worker's value of the environment variable `name`, False)."
     return os.environ.get(name), False
+
+
+def patient(key, flag: str, wait_s: float) -> tuple[str, bool]:
+    "A run that takes `wait_s` seconds unless SIGTERM arrives: then, as pretrain does, it saves (writes `flag`) and stops."
+    def saved(signum, frame):
+        Path(flag).write_text(f"saved {key}")
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, saved)
+    time.sleep(wait_s)
+    return f"ok {key}", False

@@ -214,3 +214,14 @@ def test_each_worker_runs_on_its_own_listed_gpu(tmp_path, monkeypatch):
         seen = {v for _, (kind, v) in pool.run({k: ("CUDA_VISIBLE_DEVICES",) for k in range(4)})}
     finally: pool.close()
     assert seen == {"GPU-aa11", "5"}
+
+
+def test_sigterm_gives_busy_workers_time_to_save(tmp_path):
+    "A study stopped by SIGTERM passes it on to its workers and waits for them to save, instead of killing them."
+    pool = WorkerPool(2, "study_fakes:patient")
+    runs = pool.run({0: (0, str(tmp_path / "flag0"), 0.0), 1: (1, str(tmp_path / "flag1"), 60.0)})
+    assert next(runs) == (0, ("done", "ok 0"))
+    time.sleep(0.3)  # run 1 is under way in the other worker
+    start = time.monotonic()
+    pool.close(term_s=20)
+    assert (tmp_path / "flag1").read_text() == "saved 1" and time.monotonic() - start < 15 and pool.pids() == []

@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import sys
+import time
 import types
 import warnings
 from collections import Counter, deque
@@ -31,7 +32,8 @@ from .rows import (failed_row, file_digest, is_stretch, RESULT_KEYS, row_problem
 
 
 # %% auto #0
-__all__ = ['stretch_run', 'cuda_error', 'printable', 'visible_gpus', 'worker_devices', 'default_workers', 'WorkerPool']
+__all__ = ['stretch_run', 'cuda_error', 'printable', 'visible_gpus', 'worker_devices', 'default_workers', 'WorkerInterrupted',
+           'WorkerPool']
 
 # %% ../../nbs/27_study_workers.ipynb #ae63c241
 def stretch_run(run_dir: str | Path, epochs: int) -> PretrainConfig:
@@ -65,15 +67,20 @@ def _settled(run_dir: Path, config: PretrainConfig, criteria: Criteria = CRITERI
     health = check_run(state["history"], config, criteria)
     return health["converged"] or health["collapsed"]
 
+def _cadence(config: PretrainConfig) -> dict:
+    "How often a study's run checkpoints: on a GPU at most once a minute (a ResNet's checkpoint is about 100 MB), on the CPU every epoch; always at each lr drop and at the end. Neither changes a number."
+    on_gpu = config.device.startswith("cuda") or (config.device == "auto" and torch.cuda.is_available())
+    return dict(checkpoint_s=60.0) if on_gpu else {}
+
 def _train(config: PretrainConfig, run_dir: Path, threads: int | None, stretch: tuple[int, int | None]) -> None:
     "Train the run to its first lr drop; while its window has not settled and the cap allows, stretch its schedule; then finish it."
     step, most = stretch
     config = _current(run_dir, config, stretch)
     while step and most is not None and config.epochs + step <= most:
-        pretrain(config, run_dir, quiet=True, threads=threads, until_epoch=first_drop(config))
+        pretrain(config, run_dir, quiet=True, threads=threads, until_epoch=first_drop(config), **_cadence(config))
         if _settled(run_dir, config): break
         config = stretch_run(run_dir, config.epochs + step)
-    pretrain(config, run_dir, quiet=True, threads=threads)
+    pretrain(config, run_dir, quiet=True, threads=threads, **_cadence(config))
 
 def _measure(run_dir: Path, probe: dict, threads: int | None) -> dict:
     "Measure the finished run in `run_dir`; its row sealed with the checkpoint it measured. ValueError if a value breaks its rule."
@@ -152,7 +159,7 @@ def printable(text: str) -> str:
 # A spawned worker's whole life, run with `exec` so that nothing is imported before it is tied to its parent (this module
 # imports torch: seconds during which a parent killed with `kill -9` would leave it running). Then, on its GPU alone, it
 # imports `target` ('module:function' returning (value, replace)) and runs each task it receives, answering ('done' |
-# 'retry', value), ('error', sentence) or ('interrupted', None); after anything but 'done' it exits, to be replaced.
+# 'retry', value), ('error', sentence) or ('interrupted', exit status); after anything but 'done' it exits, to be replaced.
 _WORKER = """
 import ctypes, importlib, os, signal, threading, time
 try: ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: the kernel kills this worker when its parent ends
@@ -172,7 +179,7 @@ while True:
     try:
         value, replace = fn(*task)
         reply = ("retry" if replace else "done", value)
-    except KeyboardInterrupt: reply = ("interrupted", None)
+    except KeyboardInterrupt as e: reply = ("interrupted", getattr(e, "exit_status", 130))  # 143: stopped by SIGTERM
     except BaseException as e: reply = ("error", f"{type(e).__name__}: {e}")
     conn.send(reply)
     if reply[0] != "done": break
@@ -239,6 +246,12 @@ def _how_it_ended(code: int | None) -> str:
         with contextlib.suppress(ValueError): return f"killed by {signal.Signals(-code).name}"
     return f"exit status {code}"
 
+class WorkerInterrupted(KeyboardInterrupt):
+    "A worker's run was stopped by Ctrl-C (`exit_status` 130) or SIGTERM (143)."
+    def __init__(self, exit_status: int = 130):
+        super().__init__(f"a study worker was stopped ({'SIGTERM' if exit_status == 143 else 'Ctrl-C'})")
+        self.exit_status = exit_status
+
 class WorkerPool:
     "`n` spawned worker processes, each on its own entry of `devices` (CUDA_VISIBLE_DEVICES) when given, running `target` ('module:function') one task at a time. A worker that dies, or whose run hit a CUDA error, is replaced and its task tried again, `tries` times in all; the other tasks never notice."
     def __init__(self, n: int, target: str, devices: list[str] | None = None, tries: int = 2):
@@ -274,7 +287,7 @@ class WorkerPool:
         return [w[0].pid for w in self._workers if w is not None]
 
     def run(self, tasks: dict):
-        "Run `tasks` ({key: arguments}); yield (key, ('done', value)) as each finishes, ('error', sentence) if it raised, or ('lost', sentence) if its worker died on each of its tries. KeyboardInterrupt if a worker was interrupted."
+        "Run `tasks` ({key: arguments}); yield (key, ('done', value)) as each finishes, ('error', sentence) if it raised, or ('lost', sentence) if its worker died on each of its tries. `WorkerInterrupted` if a worker was stopped by Ctrl-C or SIGTERM."
         todo, tries, busy = deque(tasks), Counter(), {}  # busy: slot -> key
         while todo or busy:
             for slot in range(self.n):
@@ -303,13 +316,18 @@ class WorkerPool:
                     continue
                 kind, value = reply
                 if kind != "done": self._end(slot, kill=False)  # it exits after a CUDA error, an exception or Ctrl-C
-                if kind == "interrupted": raise KeyboardInterrupt
+                if kind == "interrupted": raise WorkerInterrupted(value)
                 if kind == "retry":
                     if tries[key] < self.tries: todo.appendleft(key); continue
                     kind = "done"
                 yield key, (kind, value)
 
-    def close(self, kill: bool = False) -> None:
-        "Stop the workers: at once with `kill` (runs in progress resume from their last checkpoint), else when they are idle."
+    def close(self, kill: bool = False, term_s: float | None = None) -> None:
+        "Stop the workers: at once with `kill` (runs in progress resume from their last checkpoint); with `term_s`, SIGTERM first and up to that many seconds to save their last epoch; else when they are idle."
+        if term_s is not None:
+            for proc, _ in filter(None, self._workers):
+                with contextlib.suppress(OSError): proc.terminate()
+            deadline = time.monotonic() + term_s
+            for proc, _ in filter(None, self._workers): proc.join(max(0.0, deadline - time.monotonic()))
         for slot in range(self.n):
-            if self._workers[slot] is not None: self._end(slot, kill=kill)
+            if self._workers[slot] is not None: self._end(slot, kill=kill or term_s is not None)
