@@ -475,11 +475,17 @@ def _train_epoch(state: TrainState, train: ImageData, bar: tqdm, log_every: int 
     views = 1 if config.negatives == "bank" else 2
     # a permutation: every index in range and none repeated, by construction, so the steps skip the value checks
     order = torch.randperm(len(train), generator=state.generator, device=state.generator.device)
+    prefetch = getattr(train.images, "prefetch", None)  # image files (ImageNet100's full images): batch k + 1 decodes while k trains
+    host_order = order.cpu() if prefetch is not None else None  # once per epoch: the files' positions, read on the host
     total, start = torch.zeros((), device=order.device), time.perf_counter()
     with value_checks(False):
         for k in bar:
             idx = order[k * config.batch_size:(k + 1) * config.batch_size]
-            images = train.images[idx]
+            if prefetch is None: images = train.images[idx]
+            else:
+                images = train.images[host_order[k * config.batch_size:(k + 1) * config.batch_size]]
+                following = host_order[(k + 1) * config.batch_size:(k + 2) * config.batch_size]
+                if k + 1 < len(bar) and len(following) == config.batch_size: prefetch(following)
             params, draws = view_draws(state.augment, images, state.generator, views)  # the whole global batch's numbers, on every process
             total += step(state, images, idx, params, draws, part)
             if not bar.disable and (k + 1) % log_every == 0:
