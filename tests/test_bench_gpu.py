@@ -187,7 +187,8 @@ def test_full_size_repeats_and_both_losses_and_no_compile_under_torchrun(bench, 
 def test_flops_and_mfu_are_written(bench, tmp_path):
     "Each row gets its step's TFLOP/s (torch's FLOP counter) and, given the GPU's peak, the MFU."
     out = tmp_path / "gpu.md"
-    assert bench.main(["--toy", "--out", str(out), "--peak-tflops", "0.001"]) == 0
+    rows = bench.main(["--toy", "--out", str(out), "--peak-tflops", "0.001", "--negatives", "bank", "--batch", "8"])
+    assert len(rows) == 1 and rows[0]["error"] is None and rows[0]["flops_per_step"] > 0
     text = out.read_text()
     assert "| TFLOP/s per GPU | MFU |" in text and "0.001 TFLOP/s" in text
     rows = [l for l in text.splitlines() if l.startswith("| bank |")]
