@@ -79,6 +79,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="torch.compile settings to time: off, encoder, step (default on CUDA: all three; toy and torchrun: off)")
     p.add_argument("--negatives", choices=("bank", "batch"), nargs="+", default=None,
                    help="bank, batch (default: both; under torchrun: bank, the only one pretrain runs on several processes)")
+    p.add_argument("--peak-tflops", type=float, default=None, help="the GPU's dense bf16 peak in TFLOP/s for the MFU column "
+                   "(default: from a table of NVIDIA's data sheets by the GPU's name; none on the CPU)")
     p.add_argument("--out", type=Path, default=None, help="markdown file to write (default on CUDA: benchmarks/results/gpu.md, "
                    "or gpu-<N>gpus.md under torchrun; the toy writes none unless given)")
     args = p.parse_args(argv)
@@ -104,6 +106,26 @@ def parse_args(argv=None) -> argparse.Namespace:
         if args.compile != ["off"]: p.error("--compile encoder/step is not run under torchrun: pretrain refuses torch.compile with several processes")
     if args.out is None and not args.toy: args.out = RESULTS / ("gpu.md" if args.world == 1 else f"gpu-{args.world}gpus.md")
     return args
+
+
+# Dense bf16 tensor-core peaks from NVIDIA's data sheets, TFLOP/s, for the MFU column; the most specific name first.
+PEAK_BF16_TFLOPS = (("H100 PCIe", 756.0), ("H200", 989.4), ("H100", 989.4), ("GH200", 989.4), ("A100", 312.0), ("L40S", 362.1),
+                    ("A6000", 154.8), ("L4", 121.0))
+
+
+def peak_tflops(device: torch.device, given: float | None = None) -> float | None:
+    "The device's dense bf16 peak in TFLOP/s: `given` (--peak-tflops), else from the table by the GPU's name; None on the CPU or an unknown GPU."
+    if given is not None: return given
+    if device.type != "cuda": return None
+    name = torch.cuda.get_device_name(device)
+    return next((v for key, v in PEAK_BF16_TFLOPS if key in name), None)
+
+
+def step_flops(one) -> float:
+    "Floating-point operations of one training step of this process (forward and backward; torch's FLOP counter, matrix products and convolutions)."
+    from torch.utils.flop_counter import FlopCounterMode
+    with FlopCounterMode(display=False) as counter: one()
+    return float(counter.get_total_flops())
 
 
 def time_case(images: torch.Tensor, batch: int, negatives: str, compile: str, steps: int, warmup: int, device: torch.device,
@@ -141,6 +163,10 @@ def time_case(images: torch.Tensor, batch: int, negatives: str, compile: str, st
         if world > 1: dist.barrier()
 
     if device.type == "cuda": torch.cuda.reset_peak_memory_stats(device)
+    with value_checks(False):  # counted on the eager step (the same arithmetic as the compiled ones), before any timing
+        eager, training_step_used = training_step_used, training_step
+        flops = step_flops(lambda: one(0))
+        training_step_used = eager
     rates = []
     try:
         with value_checks(False):  # as in pretrain: the indices are a permutation's, checked by construction
@@ -160,7 +186,7 @@ def time_case(images: torch.Tensor, batch: int, negatives: str, compile: str, st
     median = statistics.median(rates)
     return dict(negatives=negatives, batch=batch, compile=compile, gpus=world, loss=loss, images_per_s=median,
                 images_per_s_min=min(rates), images_per_s_max=max(rates), repeats=repeats, ms_per_step=1e3 * batch / median,
-                warmup_s=warm_s, peak_gib=peak, error=None)
+                warmup_s=warm_s, peak_gib=peak, flops_per_step=flops, tflops=flops * median / batch / 1e12, error=None)
 
 
 def failed_row(e: BaseException, batch: int, negatives: str, compile: str, loss: str, world: int) -> dict:
@@ -191,16 +217,20 @@ def markdown(rows: list[dict], machine: dict, args: argparse.Namespace, command:
         f"Timed: {args.repeats} × {args.steps} steps after {args.warmup} untimed ones (compilation happens there); images/s is "
         f"the median over the {args.repeats} timings, with their range. cudnn.benchmark: on "
         f"(as pretrain sets it on CUDA). The batch is the global batch; images/s count all processes together.", "",
-        "| negatives | batch | GPUs | torch.compile | loss | images/s (median) | range over repeats | ms per step | warm-up s | peak GPU memory GiB (per GPU) |",
-        "|---|---:|---:|---|---|---:|---:|---:|---:|---:|",
+        "| negatives | batch | GPUs | torch.compile | loss | images/s (median) | range over repeats | ms per step | warm-up s | peak GPU memory GiB (per GPU) | TFLOP/s per GPU | MFU |",
+        "|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         if r.get("error"):
-            lines.append(f"| {r['negatives']} | {r['batch']} | {r['gpus']} | {r['compile']} | {r['loss']} | failed: {r['error'].replace('|', '/')} | | | | |")
+            lines.append(f"| {r['negatives']} | {r['batch']} | {r['gpus']} | {r['compile']} | {r['loss']} | failed: {r['error'].replace('|', '/')} | | | | | | |")
             continue
         peak = "" if r["peak_gib"] != r["peak_gib"] else f"{r['peak_gib']:.1f}"
+        tflops = r.get("tflops")
+        peak_tf = getattr(args, "peak_tflops", None)
+        mfu = f"{tflops / peak_tf:.1%}" if tflops is not None and peak_tf else ""
         lines.append(f"| {r['negatives']} | {r['batch']} | {r['gpus']} | {r['compile']} | {r['loss']} | {r['images_per_s']:,.0f} | "
-                     f"{r['images_per_s_min']:,.0f}–{r['images_per_s_max']:,.0f} | {r['ms_per_step']:.1f} | {r['warmup_s']:.1f} | {peak} |")
+                     f"{r['images_per_s_min']:,.0f}–{r['images_per_s_max']:,.0f} | {r['ms_per_step']:.1f} | {r['warmup_s']:.1f} | {peak} | "
+                     f"{'' if tflops is None else format(tflops, '.3g')} | {mfu} |")
     lines += ["", "## Published anchors", "", "| source | setting | images/s |", "|---|---|---:|"]
     lines += [f"| {source} | {setting} | {ips:,.0f} |" for source, setting, ips in ANCHORS]
     lines += ["",
@@ -210,7 +240,9 @@ def markdown(rows: list[dict], machine: dict, args: argparse.Namespace, command:
               "50,000 × 200 images / 97.7 min; dkobak's is a training throughput. Several GPUs: "
               "`torchrun --standalone --nproc_per_node=N benchmarks/bench_gpu.py` writes its own page beside this one. "
               "CUDA graphs are not used: no capture of the step is implemented, and torch.compile's mode=\"reduce-overhead\" "
-              "is not among the cases.", ""]
+              "is not among the cases. TFLOP/s: the FLOPs of one eager step of one process (torch's FLOP counter: matrix products "
+              "and convolutions, forward and backward) times its steps per second; MFU: that over the GPU's dense bf16 peak ("
+              + (f"{args.peak_tflops:g} TFLOP/s" if getattr(args, "peak_tflops", None) else "unknown here: give --peak-tflops") + ").", ""]
     return "\n".join(lines)
 
 
@@ -240,6 +272,7 @@ def main(argv=None) -> list[dict]:
         images = torch.randint(0, 256, (args.rows, 3, side, side), dtype=torch.uint8,
                                generator=torch.Generator().manual_seed(0)).to(device)
         machine, args.versions = device_summary(device), versions(device)
+        args.peak_tflops = peak_tflops(device, args.peak_tflops)
         say = print if rank == 0 else (lambda *a, **k: None)
         say("machine: " + ", ".join(f"{k} {v}" for k, v in machine.items()) + (f", {args.world} processes" if args.world > 1 else ""))
         given = sys.argv[1:] if argv is None else argv

@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as e:  # Ctrl-C: where it stopped, and how to go on; no traceback
         said = str(e) if isinstance(e, (TrainingInterrupted, StudyInterrupted)) else "interrupted; run the same command to resume"
         print(f"ctl-explore: {said}", file=sys.stderr)
-        return 130
+        return getattr(e, "exit_status", 130)  # 143 after SIGTERM (TrainingTerminated): a Slurm script requeues on it
     except CudaUnavailableError as e:  # CUDA asked for where torch cannot use a GPU: one sentence, before any download
         print(f"ctl-explore: error: {e}", file=sys.stderr)
         return 1
@@ -205,8 +205,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _failures(rows: list[dict]) -> str:
     "The failed runs among `rows`, named with their errors (the first three), in one line."
+    from ctl_explore.study.workers import printable  # a message may hold terminal escape codes: printed as escapes
     failed = [r for r in rows if "failed" in r]
-    named = "; ".join(f"{r['run']}: {r['failed']}" for r in failed[:3]) + (" …" if len(failed) > 3 else "")
+    named = "; ".join(printable(f"{r['run']}: {r['failed']}") for r in failed[:3]) + (" …" if len(failed) > 3 else "")
     return f"{len(failed)} of {len(rows)} runs failed ({named}); run the same command to retry them"
 
 def _run(command: str, args: dict) -> int:
@@ -221,6 +222,7 @@ def _run(command: str, args: dict) -> int:
         from ctl_explore.study.rows import load_results
         from ctl_explore.study.report import write_report
         from ctl_explore.study.runner import report_study, run_one, run_study, study_plan, study_status
+        from ctl_explore.study.workers import printable
         preset = study_preset(args["preset"], **{k: args[k] for k in STUDY_AXES + STUDY_BASE})  # resolved here, once
         out = args["out"] or Path(f"study-{preset.name}")
         if args["device"] is not None: PretrainConfig(device=args["device"])  # a wrong device is a usage error, --list included
@@ -232,14 +234,14 @@ def _run(command: str, args: dict) -> int:
             print("index\trun\tloss\ttau\tseed\tepochs" + ("\tstate" if states else ""))
             for p in (study_status(preset, out) if states else study_plan(preset)):
                 print(f"{p['index']}\t{p['run']}\t{p['loss']}\t{'' if p['tau'] is None else format(p['tau'], 'g')}\t{p['seed']}\t{p['epochs']}"
-                      + (f"\t{p['state']}" if states else ""))
+                      + (f"\t{printable(p['state'])}" if states else ""))
         elif args["run"] is not None:
             row = run_one(preset, args["run"], out, device=args["device"])
             if row is None:
                 print(f"run {args['run']} is being trained by another process right now; nothing to do "
                       f"(run the same command later to resume it if that process dies)")
             elif "failed" in row:
-                print(f"ctl-explore: run {row['run']} failed: {row['failed']}; run the same command to retry it", file=sys.stderr)
+                print(f"ctl-explore: run {row['run']} failed: {printable(row['failed'])}; run the same command to retry it", file=sys.stderr)
                 return 1
             else: print(json.dumps({k: row[k] for k in ("run", "linear_top1", "uniformity", "converged", "collapsed")}))
         elif args["report"]:

@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Callable
 
@@ -24,8 +25,8 @@ from torch import Tensor
 
 # %% auto #0
 __all__ = ['CUDA12_INDEX', 'DIST_TIMEOUT_ENV', 'DIST_TIMEOUT_S', 'NATIVE_BN_DEVICES', 'cuda_problem', 'CudaUnavailableError',
-           'require_cuda', 'resolve_device', 'ProcessGroupError', 'dist_timeout', 'GlobalBatchNorm', 'global_batchnorm',
-           'distributed_net']
+           'require_cuda', 'resolve_device', 'ProcessGroupError', 'dist_timeout', 'check_ranks', 'GlobalBatchNorm',
+           'global_batchnorm', 'distributed_net']
 
 # %% ../nbs/19_several_processes.ipynb #d6c78f71
 def _check_device_name(name) -> None:
@@ -105,6 +106,7 @@ def _say_auto(device: torch.device) -> None:
 def resolve_device(name: str) -> torch.device:
     "The device this process trains on: 'auto' is CUDA if available, else the CPU (said once, with the reason); under torchrun, 'auto' and 'cuda' mean cuda:LOCAL_RANK."
     _check_device_name(name)
+    check_ranks()  # a RANK outside [0, WORLD_SIZE) is refused before anything starts
     if name == "auto":
         device = _resolve_cuda(torch.device("cuda")) if torch.cuda.is_available() else torch.device("cpu")
         _say_auto(device)
@@ -159,8 +161,9 @@ def _join_group(backend: str, timeout: float, **kw) -> None:
             dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout), **kw)
         except BaseException as e: error.append(e)
     waiter = threading.Thread(target=join, name="ctl_explore-join-process-group", daemon=True)
-    waiter.start()
-    while waiter.is_alive(): waiter.join(0.1)
+    with _without_c10d_logs():  # c10d logs each failed try with dozens of C++ stack frames: the sentence below says it once
+        waiter.start()
+        while waiter.is_alive(): waiter.join(0.1)
     if error:
         e = error[0]
         if not isinstance(e, RuntimeError): raise e
@@ -170,9 +173,39 @@ def _join_group(backend: str, timeout: float, **kw) -> None:
             f"{where} within {timeout:g} s ({str(e).strip().splitlines()[0][:200]}): start every process of the run (torchrun "
             f"--nproc_per_node=N starts them all), or set {DIST_TIMEOUT_ENV} to wait longer") from None
 
+def check_ranks() -> tuple[int, int]:
+    "(RANK, WORLD_SIZE) as torchrun set them, (0, 1) without it; ValueError in one sentence for a rank outside [0, WORLD_SIZE) or a world size below 1."
+    world = _env_int("WORLD_SIZE", 1)
+    if world < 1: raise ValueError(f"the environment variable WORLD_SIZE must be at least 1 (the number of processes), got {world}")
+    rank = _env_int("RANK", 0 if world == 1 else None)
+    if rank is None: raise ValueError(f"WORLD_SIZE is {world} but RANK is not set: start several processes with torchrun, which sets both")
+    if not 0 <= rank < world:
+        raise ValueError(f"the environment variable RANK must be in [0, {world - 1}] (one of the WORLD_SIZE={world} processes), got {rank}")
+    return rank, world
+
+_C10D_NOISE = re.compile(r"^(\[[EWIF]\d{4} [^\]]*\] \[c10d\]|Exception raised from |frame #\d+: |<omitting python frames>|\s*$)")
+
+@contextlib.contextmanager
+def _without_c10d_logs():
+    "Standard error (the file descriptor C++ writes to) held aside inside the block, then given back without c10d's log lines and stack frames."
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as held:
+        saved = os.dup(2)
+        os.dup2(held.fileno(), 2)
+        try: yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            lines = held.read().decode("utf-8", "replace").splitlines(keepends=True)
+            kept = "".join(line for line in lines if not _C10D_NOISE.match(line))
+            if kept: sys.stderr.write(kept); sys.stderr.flush()
+
 def _init_distributed(device: torch.device) -> bool:
     "Join the process group torchrun set up, if any (on CUDA: this process's GPU made current first, and bound to the group); True when this call started it."
-    if _env_int("WORLD_SIZE", 1) <= 1 or (dist.is_available() and dist.is_initialized()): return False
+    _, world = check_ranks()
+    if world <= 1 or (dist.is_available() and dist.is_initialized()): return False
     timeout = dist_timeout()  # bounds the joining and every collective: a missing or failed peer cannot hang the others
     if device.type == "cuda":
         torch.cuda.set_device(device)  # before anything is allocated: otherwise every process would also hold memory on cuda:0

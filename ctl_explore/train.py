@@ -10,8 +10,11 @@ import dataclasses
 import json
 import math
 import os
+import signal
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,10 +45,11 @@ from .run_folders import check_run_folder as _check_folder
 # %% auto #0
 __all__ = ['NEGATIVES', 'PRECISIONS', 'PRECISION_CHOICES', 'MIN_IMAGE_SIZE', 'MAX_SIZES', 'MAX_EPOCHS', 'MAX_LR',
            'MAX_WEIGHT_DECAY', 'SEED_BOUND', 'COMPILE_MODES', 'EXECUTION_KEYS', 'METRIC_KEYS', 'TIMING_KEYS',
-           'LOG_EVERY', 'MAX_THREADS', 'PretrainConfig', 'default_lam', 'negatives_seen', 'lr_at', 'resolve_precision',
-           'run_identity', 'load_checkpoint', 'check_run_folder', 'embed', 'evaluates_at', 'monitor_rows', 'evaluate',
-           'TrainingDivergedError', 'TrainingInterrupted', 'threads_for', 'build_model', 'TrainState', 'view_draws',
-           'gradient_step', 'training_step', 'step_on_views', 'new_state', 'pretrain']
+           'TERMINATED_EXIT', 'LOG_EVERY', 'MAX_THREADS', 'PretrainConfig', 'default_lam', 'negatives_seen', 'lr_at',
+           'resolve_precision', 'run_identity', 'load_checkpoint', 'check_run_folder', 'embed', 'evaluates_at',
+           'monitor_rows', 'evaluate', 'TrainingDivergedError', 'TrainingInterrupted', 'TrainingTerminated',
+           'sigterm_stops', 'threads_for', 'build_model', 'TrainState', 'view_draws', 'gradient_step', 'training_step',
+           'step_on_views', 'new_state', 'CheckpointWriter', 'pretrain']
 
 # %% ../nbs/29_training_loop.ipynb #6dbc4a4b
 NEGATIVES = ("bank", "batch")
@@ -294,6 +298,32 @@ class TrainingInterrupted(KeyboardInterrupt):
     def __reduce__(self):  # so that a worker process's Ctrl-C reaches its parent as itself
         return type(self), (self.epoch, self.epochs, self.out_dir)
 
+TERMINATED_EXIT = 143  # 128 + SIGTERM: the shell's status for a job stopped by SIGTERM, the one a Slurm script requeues on
+
+class TrainingTerminated(TrainingInterrupted):
+    "SIGTERM during `pretrain` (Slurm's notice before it stops or preempts a job): the last finished epoch is saved; `exit_status` is 143."
+    exit_status = TERMINATED_EXIT
+    def __init__(self, epoch: int, epochs: int, out_dir: Path):
+        super().__init__(epoch, epochs, out_dir)
+        self.args = (str(self.args[0]).replace("interrupted at", "stopped by SIGTERM at", 1).replace(
+            "run the same command to resume", f"run the same command to resume (exit status {TERMINATED_EXIT}: requeue the job)"),)
+
+class _Terminated(KeyboardInterrupt):
+    "Raised in the main thread by the SIGTERM handler of `sigterm_stops`."
+
+@contextlib.contextmanager
+def sigterm_stops():
+    "Inside the block, SIGTERM stops the main thread as Ctrl-C does (raising `_Terminated`, once: a second SIGTERM is ignored while the run saves); the previous handler afterwards. Outside the main thread, nothing changes."
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    def stop(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the checkpoint being written is not interrupted again
+        raise _Terminated()
+    previous = signal.signal(signal.SIGTERM, stop)
+    try: yield
+    finally: signal.signal(signal.SIGTERM, previous)
+
 def threads_for(config: PretrainConfig) -> int | None:
     "The CPU thread count `pretrain` uses unless told: 1 for the small ConvNet on the CPU; None (torch's own setting) otherwise."
     on_cpu = config.device.startswith("cpu") or (config.device == "auto" and not torch.cuda.is_available())
@@ -447,11 +477,17 @@ def _train_epoch(state: TrainState, train: ImageData, bar: tqdm, log_every: int 
     views = 1 if config.negatives == "bank" else 2
     # a permutation: every index in range and none repeated, by construction, so the steps skip the value checks
     order = torch.randperm(len(train), generator=state.generator, device=state.generator.device)
+    prefetch = getattr(train.images, "prefetch", None)  # image files (ImageNet100's full images): batch k + 1 decodes while k trains
+    host_order = order.cpu() if prefetch is not None else None  # once per epoch: the files' positions, read on the host
     total, start = torch.zeros((), device=order.device), time.perf_counter()
     with value_checks(False):
         for k in bar:
             idx = order[k * config.batch_size:(k + 1) * config.batch_size]
-            images = train.images[idx]
+            if prefetch is None: images = train.images[idx]
+            else:
+                images = train.images[host_order[k * config.batch_size:(k + 1) * config.batch_size]]
+                following = host_order[(k + 1) * config.batch_size:(k + 2) * config.batch_size]
+                if k + 1 < len(bar) and len(following) == config.batch_size: prefetch(following)
             params, draws = view_draws(state.augment, images, state.generator, views)  # the whole global batch's numbers, on every process
             total += step(state, images, idx, params, draws, part)
             if not bar.disable and (k + 1) % log_every == 0:
@@ -577,12 +613,77 @@ def _train_one_epoch(state: TrainState, train: ImageData, test: ImageData, steps
     record.update(images_per_s=steps * config.batch_size / seconds, epoch_time_s=seconds)
     return record
 
-def _save_epoch(state: TrainState, out_dir: Path, quiet: bool) -> None:
-    "After an epoch: the checkpoint, the epoch's line of metrics.jsonl, and the printed line."
+def _host_copy(obj):
+    "A copy of `obj` (dicts, lists and tensors, nested) in this process's memory: CUDA tensors copied into pinned memory without waiting."
+    if isinstance(obj, Tensor):
+        if obj.device.type == "cuda": return torch.empty_like(obj, device="cpu", pin_memory=True).copy_(obj.detach(), non_blocking=True)
+        return obj.detach().clone()
+    if isinstance(obj, dict): return {k: _host_copy(v) for k, v in obj.items()}
+    if isinstance(obj, list): return [_host_copy(v) for v in obj]
+    if isinstance(obj, tuple): return tuple(_host_copy(v) for v in obj)
+    return obj
+
+class CheckpointWriter:
+    "A run's checkpoints at a cadence, and its lines of metrics.jsonl, written in order by a background thread from copies of the state, so that training does not wait for the disk. A checkpoint every `every` epochs and at most once per `min_s` seconds, and always when asked (a learning-rate drop, the end). The copy of the last finished epoch is kept: `finish` writes it if the cadence skipped it (at the end, at Ctrl-C or SIGTERM)."
+    def __init__(self, out_dir: Path, every: int = 1, min_s: float = 0.0, epoch: int = 0):
+        self.out_dir, self.every, self.min_s = out_dir, every, min_s
+        self.saved_epoch, self.saved_at, self.written = epoch, time.monotonic(), 0
+        self._latest: tuple | None = None  # (epoch, copy of the state, CUDA event after its copies or None)
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="ctl_explore-checkpoint")
+        self._queued: list = []
+
+    def after_epoch(self, state: TrainState, wall_time_s: float, line: str | None = None, force: bool = False) -> None:
+        "Keep a copy of the state after its epoch; queue its checkpoint if the cadence (or `force`) says so, then `line` for metrics.jsonl."
+        copy = _host_copy(state.checkpoint(wall_time_s))
+        done = torch.cuda.current_stream().record_event() if torch.cuda.is_initialized() else None
+        self._latest = (state.epoch, copy, done)
+        self._raise_failed()
+        due = state.epoch % self.every == 0 and time.monotonic() - self.saved_at >= self.min_s  # epochs N, 2N, 3N…
+        if force or due: self._queue(line, *self._take_latest())
+        else: self._queue(line)
+
+    def _take_latest(self) -> tuple:
+        self.wait()  # at most one copy of the state waits or is written at a time
+        epoch, copy, done = self._latest
+        self.saved_epoch, self.saved_at, self.written = epoch, time.monotonic(), self.written + 1
+        return copy, done
+
+    def _queue(self, line: str | None, copy: dict | None = None, done=None) -> None:
+        def write():
+            if copy is not None:
+                if done is not None: done.synchronize()  # the copies from the GPU have landed
+                save_checkpoint(self.out_dir / "checkpoint.pt", copy)
+            if line is not None:  # after its checkpoint: a line in metrics.jsonl never runs ahead of a checkpoint written with it
+                fd = os.open(self.out_dir / "metrics.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+                with os.fdopen(fd, "a") as f: f.write(line)
+        self._queued.append(self._thread.submit(write))
+
+    def _raise_failed(self) -> None:
+        "The error of a write that failed; finished writes forgotten."
+        for f in [f for f in self._queued if f.done()]:
+            self._queued.remove(f)
+            f.result()
+
+    def wait(self) -> None:
+        "Wait for every queued write; the error of one that failed."
+        queued, self._queued = self._queued, []
+        for f in queued: f.result()
+
+    def finish(self) -> None:
+        "Write the last finished epoch if the cadence skipped it, and wait for every write."
+        try:
+            if self._latest is not None and self._latest[0] != self.saved_epoch: self._queue(None, *self._take_latest())
+            self.wait()
+        finally: self._thread.shutdown(wait=True)
+
+def _lr_drops_after(config: PretrainConfig, epochs_done: int) -> bool:
+    "Whether the next epoch trains at a lower learning rate than the one just finished (a drop of the schedule)."
+    return 0 < epochs_done < config.epochs and lr_at(config, epochs_done) < lr_at(config, epochs_done - 1)
+
+def _save_epoch(state: TrainState, out_dir: Path, quiet: bool, writer: CheckpointWriter, force: bool = False) -> None:
+    "After an epoch: the checkpoint (when the writer's cadence says so, at a learning-rate drop, or `force`) and the epoch's line of metrics.jsonl, written in the background; the printed line."
     record = state.history[-1]
-    save_checkpoint(out_dir / "checkpoint.pt", state.checkpoint(record["wall_time_s"]))
-    fd = os.open(out_dir / "metrics.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    with os.fdopen(fd, "a") as f: f.write(json.dumps(record) + "\n")
+    writer.after_epoch(state, record["wall_time_s"], json.dumps(record) + "\n", force=force or _lr_drops_after(state.config, state.epoch))
     if not quiet: print(_epoch_line(record, state.config))
 
 def _epoch_line(record: dict, config: PretrainConfig) -> str:
@@ -604,6 +705,8 @@ def pretrain(
     restart: bool = False,      # ignore (and replace) an existing checkpoint instead of resuming from it
     until_epoch: int | None = None, # stop (resumably) once this many epochs are done; default: config.epochs
     threads: int | None = None, # CPU threads for the run (torch.set_num_threads, restored after); None: threads_for(config)
+    checkpoint_every: int = 1,  # write the checkpoint every this many epochs (and at each lr drop, at the end, at Ctrl-C and SIGTERM)
+    checkpoint_s: float = 0.0,  # and at most once per this many seconds (0: no limit); neither changes a number the run computes
 ) -> dict:
     "Pretrain an encoder as in [WL21], resuming from `out_dir`'s checkpoint if there is one; returns the last epoch's record."
     start_time = time.perf_counter()
@@ -618,6 +721,10 @@ def pretrain(
     if threads is not None and threads > MAX_THREADS:
         raise ValueError(f"threads must be an integer >= 1 and at most {MAX_THREADS} (torch takes the count as a C int, and no "
                          f"machine has more cores), got {threads!r}")
+    if not _is_int(checkpoint_every) or not 1 <= checkpoint_every <= config.epochs:
+        raise ValueError(f"checkpoint_every must be an integer in [1, {config.epochs}] (epochs), got {checkpoint_every!r}")
+    if not _is_number(checkpoint_s) or not 0 <= checkpoint_s <= 86_400:
+        raise ValueError(f"checkpoint_s must be a number of seconds in [0, 86400], got {checkpoint_s!r}")
     device = resolve_device(config.device)
     threads = threads if threads is not None else threads_for(config)
     previous_threads = torch.get_num_threads()
@@ -630,7 +737,9 @@ def pretrain(
                 held.enter_context(torch.cuda.device(device))  # this process's GPU is the current one while it trains
                 torch.backends.cudnn.benchmark = True  # the input shapes never change: let cuDNN pick its fastest kernels once
             started_dist = _init_distributed(device)
-            try: return _pretrain(config, Path(out_dir), quiet, restart, device, stop, start_time, held)
+            held.enter_context(sigterm_stops())  # SIGTERM: the last finished epoch saved, then TrainingTerminated (exit 143)
+            cadence = (checkpoint_every, float(checkpoint_s))
+            try: return _pretrain(config, Path(out_dir), quiet, restart, device, stop, start_time, held, cadence)
             except BaseException as e:
                 lost = _peer_failure(e, *_distributed()) if started_dist else None
                 if started_dist: _abort_distributed()  # peers waiting for this process in a collective fail now, not at the timeout
@@ -642,7 +751,7 @@ def pretrain(
         torch.set_num_threads(previous_threads)
 
 def _pretrain(config: PretrainConfig, out_dir: Path, quiet: bool, restart: bool, device: torch.device, stop: int,
-              start_time: float, held: contextlib.ExitStack) -> dict:
+              start_time: float, held: contextlib.ExitStack, cadence: tuple[int, float] = (1, 0.0)) -> dict:
     rank, world = _distributed()
     _check_world(config, world)
     # nothing is written before everything checkable has been checked; a folder that exists is locked at once
@@ -657,6 +766,7 @@ def _pretrain(config: PretrainConfig, out_dir: Path, quiet: bool, restart: bool,
     if rank == 0: _start_files(state, out_dir, stop)
     _prepare_step(state, device)
     steps = len(train) // config.batch_size
+    writer = CheckpointWriter(out_dir, *cadence, epoch=state.epoch) if rank == 0 else None
     try:
         while state.epoch < stop:
             record = _train_one_epoch(state, train, test, steps, quiet)
@@ -664,8 +774,11 @@ def _pretrain(config: PretrainConfig, out_dir: Path, quiet: bool, restart: bool,
             record["wall_time_s"] = state.wall_before + time.perf_counter() - start_time
             state.history.append(record)
             state.epoch += 1
-            if rank == 0: _save_epoch(state, out_dir, quiet)
+            if rank == 0: _save_epoch(state, out_dir, quiet, writer, force=state.epoch == stop)
             if world > 1: dist.barrier()  # the others wait while process 0 measures and saves
-    except KeyboardInterrupt:
-        raise TrainingInterrupted(len(state.history) + 1, state.config.epochs, out_dir) from None
+    except KeyboardInterrupt as e:
+        stopped = TrainingTerminated if isinstance(e, _Terminated) else TrainingInterrupted
+        raise stopped(len(state.history) + 1, state.config.epochs, out_dir) from None
+    finally:
+        if writer is not None: writer.finish()  # the last finished epoch is on disk before the folder's lock is let go
     return state.history[-1] if state.history else {}

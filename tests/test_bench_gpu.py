@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_gpu.py"
 
@@ -92,7 +93,7 @@ def test_it_times_pretrains_own_step(bench, monkeypatch):
     calls = []
     monkeypatch.setattr(bench, "training_step", lambda *a: calls.append(a[-1]) or ctl_explore.train.training_step(*a))
     bench.main(["--toy", "--device", "cpu", "--rows", "16", "--batch", "4", "--steps", "2", "--warmup", "1", "--negatives", "bank"])
-    assert calls == [slice(0, 4)] * 3  # one process: the whole global batch, warm-up and timed steps
+    assert calls == [slice(0, 4)] * 4  # one process: the whole global batch; the FLOP count's step, warm-up and timed steps
 
 
 @pytest.mark.slow
@@ -181,3 +182,15 @@ def test_full_size_repeats_and_both_losses_and_no_compile_under_torchrun(bench, 
     assert bench.parse_args([]).compile == ["off"]
     with pytest.raises(SystemExit): bench.parse_args(["--compile", "step"])
     assert "pretrain refuses torch.compile with several processes" in capsys.readouterr().err
+
+
+def test_flops_and_mfu_are_written(bench, tmp_path):
+    "Each row gets its step's TFLOP/s (torch's FLOP counter) and, given the GPU's peak, the MFU."
+    out = tmp_path / "gpu.md"
+    rows = bench.main(["--toy", "--out", str(out), "--peak-tflops", "0.001", "--negatives", "bank", "--batch", "8"])
+    assert len(rows) == 1 and rows[0]["error"] is None and rows[0]["flops_per_step"] > 0
+    text = out.read_text()
+    assert "| TFLOP/s per GPU | MFU |" in text and "0.001 TFLOP/s" in text
+    rows = [l for l in text.splitlines() if l.startswith("| bank |")]
+    assert rows and all(l.rstrip(" |").endswith("%") for l in rows)
+    assert bench.peak_tflops(torch.device("cpu")) is None and bench.peak_tflops(torch.device("cpu"), 989.4) == 989.4

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import queue
 import shutil
 import signal
 import subprocess
@@ -365,13 +364,7 @@ def test_workers_take_the_gpus_the_scheduler_listed(monkeypatch, listed, count, 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "restored after the test")
     if listed is None: monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     else: monkeypatch.setenv("CUDA_VISIBLE_DEVICES", listed)
-    assert study_workers.worker_devices(workers) == expected
-    for gpu in expected:  # what each worker's environment gets
-        q = queue.Queue()
-        q.put(gpu)
-        monkeypatch.setattr(torch, "set_num_threads", lambda n: None)
-        study_workers._worker_start(q)
-        assert os.environ["CUDA_VISIBLE_DEVICES"] == gpu
+    assert study_workers.worker_devices(workers) == expected  # what each worker's environment gets: tests/test_study_workers.py
 
 
 def test_a_cuda_study_hands_its_workers_the_listed_gpus(tmp_path, monkeypatch):
@@ -381,17 +374,12 @@ def test_a_cuda_study_hands_its_workers_the_listed_gpus(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
     seen = []
 
-    class FakePool:  # starts each "worker" here, as the real pool's processes would, and records its environment
-        def __init__(self, n, mp_context, initializer, initargs):
-            for _ in range(n):
-                with pytest.MonkeyPatch.context() as m:
-                    m.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
-                    m.setattr(torch, "set_num_threads", lambda n: None)
-                    initializer(initargs[0], None)
-                    seen.append(os.environ["CUDA_VISIBLE_DEVICES"])
-        def submit(self, *a, **k): raise RuntimeError("no real workers in this test")
-        def shutdown(self, **k): pass
-    monkeypatch.setattr(runner, "ProcessPoolExecutor", FakePool)
+    class FakePool:  # records the devices its workers would be started on
+        def __init__(self, n, target, devices=None):
+            seen.extend(devices)
+        def run(self, tasks): raise RuntimeError("no real workers in this test")
+        def close(self, kill=False): pass
+    monkeypatch.setattr(runner, "WorkerPool", FakePool)
     cuda = TINY.with_base(device="cuda")
     with pytest.raises(RuntimeError, match="no real workers"):
         run_study(cuda, tmp_path / "s", quiet=True, workers=4)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -196,8 +197,30 @@ def test_a_missing_peer_times_out_in_a_sentence(tmp_path, rank):
     last = run.stderr.strip().splitlines()[-1]
     assert last.startswith("ctl-explore: error: process") and "could not form the torchrun group" in last, run.stderr[-2000:]
     assert "within 3 s" in last and DIST_TIMEOUT_ENV in last and "Traceback" not in run.stderr
+    assert run.stderr.strip().splitlines() == [last], run.stderr[:2000]  # the sentence alone: no c10d log lines, no C++ frames
     assert time.monotonic() - start < 60
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("env, sentence", [
+    (dict(WORLD_SIZE="2", RANK="2"), "RANK must be in [0, 1] (one of the WORLD_SIZE=2 processes), got 2"),
+    (dict(WORLD_SIZE="2", RANK="-1"), "RANK must be in [0, 1] (one of the WORLD_SIZE=2 processes), got -1"),
+    (dict(WORLD_SIZE="1", RANK="1"), "RANK must be in [0, 0] (one of the WORLD_SIZE=1 processes), got 1"),
+    (dict(WORLD_SIZE="0"), "WORLD_SIZE must be at least 1 (the number of processes), got 0"),
+    (dict(WORLD_SIZE="4"), "WORLD_SIZE is 4 but RANK is not set"),
+    (dict(WORLD_SIZE="2", RANK="one"), "RANK must be an integer, got 'one'"),
+])
+def test_a_rank_outside_the_world_is_refused_before_anything_starts(tmp_path, monkeypatch, env, sentence):
+    from ctl_explore.distributed import check_ranks
+    from ctl_explore.train import PretrainConfig, pretrain
+    for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK"): monkeypatch.delenv(k, raising=False)
+    assert check_ranks() == (0, 1)
+    for k, v in env.items(): monkeypatch.setenv(k, v)
+    with pytest.raises(ValueError, match=re.escape(sentence)): check_ranks()
+    with pytest.raises(ValueError, match=re.escape(sentence)): pretrain(PretrainConfig(width=4, epochs=1, device="cpu"), tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+    monkeypatch.setenv("WORLD_SIZE", "2"); monkeypatch.setenv("RANK", "1")
+    assert check_ranks() == (1, 2)
 
 
 def test_a_bad_timeout_is_named():

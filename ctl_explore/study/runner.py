@@ -6,23 +6,19 @@
 from __future__ import annotations
 
 import math
-import multiprocessing as mp
-import os
 import time
 import warnings
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
 from ..data import load_dataset
-from ..train import PretrainConfig, run_identity, threads_for
+from ..train import _Terminated, PretrainConfig, run_identity, sigterm_stops, TERMINATED_EXIT, threads_for
 from .plan import check_preset, get_preset, run_name, study_configs, StudyPreset, takes_tau
 from .report import write_report
 from .rows import (_config_diff, _integer, claim_study_folder, failed_row, is_stretch, saved_row,
                                     StudyError, write_results)
-from .workers import (_attempt, _capped_workers, _on_cuda, _plain_main, _stop, _train_and_measure,
-                                       _work, _worker_start, worker_devices)
+from .workers import _attempt, _capped_workers, _on_cuda, _train_and_measure, printable, worker_devices, WorkerPool
 
 
 # %% auto #0
@@ -51,11 +47,12 @@ def _finished(run_dir: Path, config: PretrainConfig, stretch, probe: dict) -> di
 # %% ../../nbs/16_study_machinery.ipynb #9d3b5f12
 class StudyInterrupted(KeyboardInterrupt):
     "Ctrl-C during a study; the message says how many runs are finished and saved, and that the same call continues."
-    def __init__(self, saved: int, failed: int, total: int, out_dir: Path):
+    def __init__(self, saved: int, failed: int, total: int, out_dir: Path, terminated: bool = False):
         self.saved, self.failed, self.total, self.out_dir = saved, failed, total, out_dir
+        self.exit_status = TERMINATED_EXIT if terminated else 130  # 143 after SIGTERM: a Slurm script requeues the job on it
         more = f", {failed} failed" if failed else ""
-        super().__init__(f"study interrupted: {saved} of its {total} runs finished and saved in {out_dir / 'runs'}{more}; runs in progress "
-                         "resume from their last checkpoint; run the same command to continue")
+        super().__init__(f"study {'stopped by SIGTERM' if terminated else 'interrupted'}: {saved} of its {total} runs finished and saved in "
+                         f"{out_dir / 'runs'}{more}; runs in progress resume from their last checkpoint; run the same command to continue")
 
 def run_study(
     preset: str | StudyPreset = "digits",
@@ -86,34 +83,30 @@ def run_study(
     n_workers = _capped_workers(p, workers, len(pending)) if pending else 1
     refused: list[str] = []
     bar = tqdm(total=len(configs), initial=len(rows), desc=f"study {p.name}", disable=quiet)
-    pool, killed = None, False
+    pool, killed, terminated = None, False, False
     try:
-        if n_workers > 1:
-            gpus = None
-            if _on_cuda(p):
-                gpus = mp.get_context("spawn").Queue()
-                for gpu in worker_devices(n_workers): gpus.put(gpu)
-            pool = ProcessPoolExecutor(n_workers, mp_context=mp.get_context("spawn"), initializer=_worker_start,
-                                       initargs=(gpus, os.getpid()))
-        while pending:
-            busy = []
-            for i, (row, refusal) in _attempts(pool, configs, dirs, pending, probe, p.stretch):
-                if row is None: busy.append(i); continue
-                rows[i] = row
-                if refusal: refused.append(refusal)
-                bar.update()
-                if "failed" in row: bar.set_postfix_str(f"{sum('failed' in r for r in rows.values())} failed")
-            if busy:
-                bar.set_postfix_str(f"{len(busy)} run(s) held by another process")
-                time.sleep(poll_s)
-            pending = busy
-    except KeyboardInterrupt:
-        killed = True
+        with sigterm_stops():  # SIGTERM: the workers are told too, and given a minute to save their last finished epoch
+            if n_workers > 1 or _on_cuda(p):  # on CUDA even one worker is a process of its own: a CUDA error cannot poison this one
+                pool = WorkerPool(n_workers, "ctl_explore.study.workers:_work", worker_devices(n_workers) if _on_cuda(p) else None)
+            while pending:
+                busy = []
+                for i, (row, refusal) in _attempts(pool, configs, dirs, pending, probe, p.stretch):
+                    if row is None: busy.append(i); continue
+                    rows[i] = row
+                    if refusal: refused.append(refusal)
+                    bar.update()
+                    if "failed" in row: bar.set_postfix_str(f"{sum('failed' in r for r in rows.values())} failed")
+                if busy:
+                    bar.set_postfix_str(f"{len(busy)} run(s) held by another process")
+                    time.sleep(poll_s)
+                pending = busy
+    except KeyboardInterrupt as e:
+        killed, terminated = True, isinstance(e, _Terminated) or getattr(e, "exit_status", 130) == TERMINATED_EXIT
         raise StudyInterrupted(sum("failed" not in r for r in rows.values()), sum("failed" in r for r in rows.values()),
-                               len(configs), out_dir) from None
+                               len(configs), out_dir, terminated) from None
     finally:
         bar.close()
-        if pool is not None: _stop(pool, kill=killed)
+        if pool is not None: pool.close(kill=killed, term_s=60.0 if terminated else None)
     ordered = [rows[i] for i in range(len(configs))]
     write_results(ordered, out_dir)
     if refused:
@@ -122,21 +115,14 @@ def run_study(
     return ordered
 
 def _attempts(pool, configs, dirs, pending, probe, stretch):
-    "(index, (row, refusal)) of each pending run as it finishes: in this process, or in the pool's workers."
+    "(index, (row, refusal)) of each pending run as it finishes: in this process, or in the pool's workers (a run whose worker died twice, or that raised there, as a failed row)."
     if pool is None:
         for i in pending: yield i, _attempt(configs[i], dirs[i], probe, None, stretch)
         return
-    with _plain_main():  # the workers start while these are submitted
-        futures = {pool.submit(_work, configs[i].to_dict(), str(dirs[i]), probe, stretch): i for i in pending}
-    left = set(futures)
-    while left:
-        done, left = wait(left, return_when=FIRST_COMPLETED)
-        for f in done:
-            i = futures[f]
-            try: yield i, f.result()
-            except KeyboardInterrupt: raise
-            except BaseException as e:  # the worker process died (killed, out of memory): this run fails, the others go on
-                yield i, (failed_row(configs[i], f"its worker process ended abruptly ({type(e).__name__}); run the study again to retry it"), None)
+    tasks = {i: (configs[i].to_dict(), str(dirs[i]), probe, stretch) for i in pending}
+    for i, (kind, value) in pool.run(tasks):
+        if kind == "done": yield i, value
+        else: yield i, (failed_row(configs[i], printable(f"{value}; run the study again to retry it")), None)
 
 # %% ../../nbs/16_study_machinery.ipynb #d1c0a002
 def check_shipped(preset: StudyPreset, rows: list[dict], n_train: int | None = None) -> None:

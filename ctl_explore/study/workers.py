@@ -6,17 +6,17 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
+import multiprocessing as mp
 import os
 import re
 import signal
 import sys
-import threading
 import time
 import types
 import warnings
-from concurrent.futures import ProcessPoolExecutor
+from collections import Counter, deque
+from multiprocessing.connection import wait as mp_wait
 from pathlib import Path
 
 import torch
@@ -32,7 +32,8 @@ from .rows import (failed_row, file_digest, is_stretch, RESULT_KEYS, row_problem
 
 
 # %% auto #0
-__all__ = ['stretch_run', 'visible_gpus', 'worker_devices', 'default_workers']
+__all__ = ['stretch_run', 'cuda_error', 'printable', 'visible_gpus', 'worker_devices', 'default_workers', 'WorkerInterrupted',
+           'WorkerPool']
 
 # %% ../../nbs/27_study_workers.ipynb #ae63c241
 def stretch_run(run_dir: str | Path, epochs: int) -> PretrainConfig:
@@ -66,15 +67,20 @@ def _settled(run_dir: Path, config: PretrainConfig, criteria: Criteria = CRITERI
     health = check_run(state["history"], config, criteria)
     return health["converged"] or health["collapsed"]
 
+def _cadence(config: PretrainConfig) -> dict:
+    "How often a study's run checkpoints: on a GPU at most once a minute (a ResNet's checkpoint is about 100 MB), on the CPU every epoch; always at each lr drop and at the end. Neither changes a number."
+    on_gpu = config.device.startswith("cuda") or (config.device == "auto" and torch.cuda.is_available())
+    return dict(checkpoint_s=60.0) if on_gpu else {}
+
 def _train(config: PretrainConfig, run_dir: Path, threads: int | None, stretch: tuple[int, int | None]) -> None:
     "Train the run to its first lr drop; while its window has not settled and the cap allows, stretch its schedule; then finish it."
     step, most = stretch
     config = _current(run_dir, config, stretch)
     while step and most is not None and config.epochs + step <= most:
-        pretrain(config, run_dir, quiet=True, threads=threads, until_epoch=first_drop(config))
+        pretrain(config, run_dir, quiet=True, threads=threads, until_epoch=first_drop(config), **_cadence(config))
         if _settled(run_dir, config): break
         config = stretch_run(run_dir, config.epochs + step)
-    pretrain(config, run_dir, quiet=True, threads=threads)
+    pretrain(config, run_dir, quiet=True, threads=threads, **_cadence(config))
 
 def _measure(run_dir: Path, probe: dict, threads: int | None) -> dict:
     "Measure the finished run in `run_dir`; its row sealed with the checkpoint it measured. ValueError if a value breaks its rule."
@@ -103,7 +109,11 @@ def _train_and_measure(config: PretrainConfig, run_dir: Path, probe: dict, threa
                                  f"delete {run_dir} to train it again, or give the study another output folder (--out)") from None
             except (StudyError, RunFolderError): raise
             except Exception as e:  # diverged, out of memory, a full disk, a bug: this run fails, the study goes on
+                if cuda_error(e):  # the worker's CUDA context is not to be trusted: it is replaced after this run
+                    global _cuda_failed
+                    _cuda_failed = True
                 row = failed_row(config, e)
+                row["failed"] = printable(row["failed"])  # no terminal escape codes from a message
                 with contextlib.suppress(OSError, RunFolderError): write_json_atomic(run_dir / "result.json", seal_row(row))
                 return row
     except RunBusyError:
@@ -126,7 +136,54 @@ def _threads(n: int | None):
 def _attempt(config: PretrainConfig, run_dir: Path, probe: dict, threads: int | None, stretch) -> tuple[dict | None, str | None]:
     "(row, refusal): `_train_and_measure`'s row, or a failed row and the sentence of a `StudyError` (a run the study must not touch)."
     try: return _train_and_measure(config, run_dir, probe, threads, stretch), None
-    except StudyError as e: return failed_row(config, f"refused: {e}"), str(e)
+    except StudyError as e: return failed_row(config, printable(f"refused: {e}")), str(e)
+
+# %% ../../nbs/27_study_workers.ipynb #b00710a1
+_CUDA_MESSAGE = re.compile(r"CUDA error|CUDA driver|CUDNN_STATUS|cuDNN error|CUBLAS_STATUS|NCCL error|device-side assert|illegal memory access")
+
+def cuda_error(e: BaseException | None) -> bool:
+    "Whether `e`, or an exception it came from, is a CUDA error: after one, the process's CUDA context cannot be trusted."
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if type(e).__name__ in ("AcceleratorError", "OutOfMemoryError") or _CUDA_MESSAGE.search(str(e)): return True
+        e = e.__cause__ or e.__context__
+    return False
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+def printable(text: str) -> str:
+    "`text` safe to print on a terminal: control characters (escape codes, carriage returns, newlines, bidirectional overrides) written as Python escapes."
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
+
+# A spawned worker's whole life, run with `exec` so that nothing is imported before it is tied to its parent (this module
+# imports torch: seconds during which a parent killed with `kill -9` would leave it running). Then, on its GPU alone, it
+# imports `target` ('module:function' returning (value, replace)) and runs each task it receives, answering ('done' |
+# 'retry', value), ('error', sentence) or ('interrupted', exit status); after anything but 'done' it exits, to be replaced.
+_WORKER = """
+import ctypes, importlib, os, signal, threading, time
+try: ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: the kernel kills this worker when its parent ends
+except Exception: pass
+def watch():  # and everywhere, a thread watching the parent's pid
+    while os.getppid() == parent: time.sleep(0.5)
+    os._exit(1)
+if os.getppid() != parent: os._exit(1)  # the parent ended before the signal was set
+threading.Thread(target=watch, daemon=True, name="ctl-explore-parent-watch").start()
+if gpu is not None: os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+module, name = target.split(":")
+fn = getattr(importlib.import_module(module), name)
+while True:
+    try: task = conn.recv()
+    except (EOFError, OSError): break  # the parent is gone
+    if task is None: break
+    try:
+        value, replace = fn(*task)
+        reply = ("retry" if replace else "done", value)
+    except KeyboardInterrupt as e: reply = ("interrupted", getattr(e, "exit_status", 130))  # 143: stopped by SIGTERM
+    except BaseException as e: reply = ("error", f"{type(e).__name__}: {e}")
+    conn.send(reply)
+    if reply[0] != "done": break
+"""
 
 # %% ../../nbs/27_study_workers.ipynb #b189bd88
 def visible_gpus() -> list[str]:
@@ -146,26 +203,13 @@ def worker_devices(workers: int) -> list[str]:
     if not gpus: raise StudyError("the study runs on CUDA but this process sees no GPU (CUDA_VISIBLE_DEVICES hides them, or none is installed)")
     return [gpus[i % len(gpus)] for i in range(workers)]
 
-def _die_with(parent: int) -> None:
-    "End this process when `parent` ends: Linux's parent-death signal, and a watching thread everywhere (the parent's pid changes)."
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: the kernel kills this worker when the thread that started it ends
-    def watch():
-        while os.getppid() == parent: time.sleep(0.5)
-        os._exit(1)
-    if os.getppid() != parent: os._exit(1)  # the parent ended before the signal was set
-    threading.Thread(target=watch, daemon=True, name="ctl-explore-parent-watch").start()
+_cuda_failed = False  # set in a worker when one of its runs hits a CUDA error: the worker is then replaced
 
-def _worker_start(gpus, parent: int | None = None) -> None:
-    "A study worker process: dies with its parent; one CUDA device of its own (when the study runs on CUDA), one CPU thread otherwise."
-    if parent is not None: _die_with(parent)
-    if gpus is not None: os.environ["CUDA_VISIBLE_DEVICES"] = str(gpus.get())
-    torch.set_num_threads(1)
-
-def _work(config_dict: dict, run_dir: str, probe: dict, stretch: tuple[int, int | None] = (0, None)) -> tuple[dict | None, str | None]:
+def _work(config_dict: dict, run_dir: str, probe: dict, stretch: tuple[int, int | None] = (0, None)) -> tuple[tuple[dict | None, str | None], bool]:
+    "A worker's task: ((row, refusal), replace), `replace` when the run hit a CUDA error (the process's CUDA context is then untrustworthy)."
+    torch.set_num_threads(1)  # one thread per worker, unless the run asks for more (threads_for)
     config = PretrainConfig.from_dict(config_dict)
-    return _attempt(config, Path(run_dir), probe, threads_for(config), stretch)
+    return _attempt(config, Path(run_dir), probe, threads_for(config), stretch), _cuda_failed
 
 def _on_cuda(p: StudyPreset) -> bool:
     return p.base.device.startswith("cuda") or (p.base.device == "auto" and torch.cuda.is_available())
@@ -190,16 +234,100 @@ def _capped_workers(p: StudyPreset, asked: int | None, pending: int) -> int:
 
 @contextlib.contextmanager
 def _plain_main():
-    "While workers start, hide the parent's __main__ from them: spawned workers re-import it (a script read from standard input cannot be, and an unguarded script would run again), and they run only this module's code."
+    "While a worker starts, hide the parent's __main__ from it: spawned workers re-import it (a script read from standard input cannot be, and an unguarded script would run again), and they run only this package's code."
     main = sys.modules.get("__main__")
     sys.modules["__main__"] = types.ModuleType("__main__")
     try: yield
     finally:
         if main is not None: sys.modules["__main__"] = main
 
-def _stop(pool: ProcessPoolExecutor, kill: bool) -> None:
-    "Shut the pool down; with `kill`, end its workers now (runs in progress resume from their last checkpoint)."
-    if kill:  # Python 3.14 has pool.terminate_workers(); before it, the pool's processes are only reachable this way
-        for proc in list((getattr(pool, "_processes", None) or {}).values()):
-            with contextlib.suppress(Exception): proc.kill()
-    pool.shutdown(wait=not kill, cancel_futures=True)
+def _how_it_ended(code: int | None) -> str:
+    if code is not None and code < 0:
+        with contextlib.suppress(ValueError): return f"killed by {signal.Signals(-code).name}"
+    return f"exit status {code}"
+
+class WorkerInterrupted(KeyboardInterrupt):
+    "A worker's run was stopped by Ctrl-C (`exit_status` 130) or SIGTERM (143)."
+    def __init__(self, exit_status: int = 130):
+        super().__init__(f"a study worker was stopped ({'SIGTERM' if exit_status == 143 else 'Ctrl-C'})")
+        self.exit_status = exit_status
+
+class WorkerPool:
+    "`n` spawned worker processes, each on its own entry of `devices` (CUDA_VISIBLE_DEVICES) when given, running `target` ('module:function') one task at a time. A worker that dies, or whose run hit a CUDA error, is replaced and its task tried again, `tries` times in all; the other tasks never notice."
+    def __init__(self, n: int, target: str, devices: list[str] | None = None, tries: int = 2):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1: raise ValueError(f"n must be an integer >= 1, got {n!r}")
+        if isinstance(tries, bool) or not isinstance(tries, int) or tries < 1: raise ValueError(f"tries must be an integer >= 1, got {tries!r}")
+        self.n, self.target, self.devices, self.tries = n, target, devices, tries
+        self._ctx = mp.get_context("spawn")
+        self._workers: list = [None] * n  # (process, connection) of each slot
+        self.started = 0                  # worker processes started, replacements included
+
+    def _start(self, slot: int) -> None:
+        ours, theirs = self._ctx.Pipe()
+        gpu = None if self.devices is None else str(self.devices[slot % len(self.devices)])
+        life = dict(conn=theirs, target=self.target, gpu=gpu, parent=os.getpid())
+        proc = self._ctx.Process(target=exec, args=(_WORKER, life), name=f"ctl-explore-worker-{slot}")  # exec: nothing to import first
+        with _plain_main(): proc.start()
+        theirs.close()
+        self._workers[slot] = (proc, ours)
+        self.started += 1
+
+    def _end(self, slot: int, kill: bool = True) -> None:
+        proc, conn = self._workers[slot]
+        self._workers[slot] = None
+        if not kill:
+            with contextlib.suppress(OSError): conn.send(None)
+            proc.join(10)
+        if proc.is_alive(): proc.kill()
+        proc.join()
+        conn.close()
+
+    def pids(self) -> list[int]:
+        "The process ids of the workers now running."
+        return [w[0].pid for w in self._workers if w is not None]
+
+    def run(self, tasks: dict):
+        "Run `tasks` ({key: arguments}); yield (key, ('done', value)) as each finishes, ('error', sentence) if it raised, or ('lost', sentence) if its worker died on each of its tries. `WorkerInterrupted` if a worker was stopped by Ctrl-C or SIGTERM."
+        todo, tries, busy = deque(tasks), Counter(), {}  # busy: slot -> key
+        while todo or busy:
+            for slot in range(self.n):
+                if not todo: break
+                if slot in busy: continue
+                if self._workers[slot] is not None and not self._workers[slot][0].is_alive(): self._end(slot)  # died idle
+                if self._workers[slot] is None: self._start(slot)
+                key = todo.popleft()
+                busy[slot], tries[key] = key, tries[key] + 1
+                with contextlib.suppress(OSError): self._workers[slot][1].send(tasks[key])  # a dead worker shows below
+            watched = {}
+            for slot in busy:
+                proc, conn = self._workers[slot]
+                watched[conn], watched[proc.sentinel] = slot, slot
+            for slot in sorted({watched[r] for r in mp_wait(list(watched))}):
+                key, (proc, conn) = busy.pop(slot), self._workers[slot]
+                reply = None
+                with contextlib.suppress(EOFError, OSError):
+                    if conn.poll(): reply = conn.recv()
+                if reply is None:  # it died on this task: killed, out of memory, a crash in C
+                    proc.join(5)
+                    how = _how_it_ended(proc.exitcode)
+                    self._end(slot)
+                    if tries[key] < self.tries: todo.appendleft(key)
+                    else: yield key, ("lost", f"its worker process ended abruptly ({how}), {tries[key]} time(s) running it")
+                    continue
+                kind, value = reply
+                if kind != "done": self._end(slot, kill=False)  # it exits after a CUDA error, an exception or Ctrl-C
+                if kind == "interrupted": raise WorkerInterrupted(value)
+                if kind == "retry":
+                    if tries[key] < self.tries: todo.appendleft(key); continue
+                    kind = "done"
+                yield key, (kind, value)
+
+    def close(self, kill: bool = False, term_s: float | None = None) -> None:
+        "Stop the workers: at once with `kill` (runs in progress resume from their last checkpoint); with `term_s`, SIGTERM first and up to that many seconds to save their last epoch; else when they are idle."
+        if term_s is not None:
+            for proc, _ in filter(None, self._workers):
+                with contextlib.suppress(OSError): proc.terminate()
+            deadline = time.monotonic() + term_s
+            for proc, _ in filter(None, self._workers): proc.join(max(0.0, deadline - time.monotonic()))
+        for slot in range(self.n):
+            if self._workers[slot] is not None: self._end(slot, kill=kill or term_s is not None)

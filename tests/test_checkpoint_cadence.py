@@ -1,0 +1,138 @@
+"""Checkpoints at a cadence (appendix 29): every N epochs, at most once per S seconds, always at a learning-rate drop and
+at the end, written in the background from a copy; a run killed between checkpoints resumes to exactly the numbers of an
+uninterrupted one; SIGTERM saves the last finished epoch and exits with status 143 (TrainingTerminated)."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import ctl_explore.train as train
+from ctl_explore.train import TIMING_KEYS, CheckpointWriter, PretrainConfig, TrainingTerminated, load_checkpoint, pretrain
+
+SMALL = dict(width=4, out_dim=16, knn_k=20, batch_size=256, device="cpu", eval_every=50)
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def _written(monkeypatch) -> list[int]:
+    "The epochs of the checkpoints written from now on."
+    seen, real = [], train.save_checkpoint
+    monkeypatch.setattr(train, "save_checkpoint", lambda path, state: seen.append(state["epoch"]) or real(path, state))
+    return seen
+
+
+def _same_run(a: dict, b: dict) -> None:
+    "Two checkpoints hold the same run: weights, bank, generator, optimizer state and metrics (timings aside)."
+    for key in a["model"]: assert torch.equal(a["model"][key], b["model"][key]), key
+    for key in a["bank"]: assert torch.equal(a["bank"][key], b["bank"][key]), key
+    assert torch.equal(a["generator"], b["generator"])
+    sa, sb = a["optimizer"]["state"], b["optimizer"]["state"]
+    assert sa.keys() == sb.keys() and all(torch.equal(sa[k]["momentum_buffer"], sb[k]["momentum_buffer"]) for k in sa)
+    strip = lambda h: [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in h]
+    assert strip(a["history"]) == strip(b["history"]) and a["epoch"] == b["epoch"]
+
+
+@pytest.mark.slow
+def test_checkpoints_every_n_epochs_at_each_lr_drop_and_at_the_end(tmp_path, monkeypatch):
+    torch.set_num_threads(1)
+    config = PretrainConfig(epochs=9, warmup_epochs=1, lr_drops=(0.5,), **SMALL)  # the lr drops after epoch 4 (0.5 × 9)
+    written = _written(monkeypatch)
+    pretrain(config, tmp_path / "run", quiet=True, checkpoint_every=3)
+    assert written == [3, 4, 6, 9]  # every third epoch, the last before the drop, the end
+    assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 9  # a line every epoch still
+    written.clear()
+    pretrain(PretrainConfig(epochs=2, **SMALL), tmp_path / "default", quiet=True)
+    assert written == [1, 2]  # the default: every epoch, as before
+    written.clear()
+    pretrain(PretrainConfig(epochs=3, **SMALL), tmp_path / "minute", quiet=True, checkpoint_s=60)
+    assert written == [2, 3]  # at most once a minute: only the epoch before the lr drop (0.8 × 3 epochs) and the end
+
+
+@pytest.mark.parametrize("bad, sentence", [
+    (dict(checkpoint_every=0), "checkpoint_every must be an integer in [1, 3] (epochs), got 0"),
+    (dict(checkpoint_every=True), "checkpoint_every must be an integer in [1, 3] (epochs), got True"),
+    (dict(checkpoint_s=-1), "checkpoint_s must be a number of seconds in [0, 86400], got -1"),
+    (dict(checkpoint_s=float("nan")), "checkpoint_s must be a number of seconds in [0, 86400], got nan"),
+])
+def test_a_bad_cadence_is_named(tmp_path, bad, sentence):
+    with pytest.raises(ValueError, match=__import__("re").escape(sentence)):
+        pretrain(PretrainConfig(epochs=3, **SMALL), tmp_path / "run", **bad)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_a_run_killed_between_checkpoints_resumes_to_the_uninterrupted_numbers(tmp_path, monkeypatch):
+    torch.set_num_threads(1)
+    config = PretrainConfig(epochs=6, warmup_epochs=1, lr_drops=(0.99,), **SMALL)  # no drop before the end: no forced checkpoint
+    pretrain(config, tmp_path / "whole", quiet=True, checkpoint_every=4)
+    # a kill during epoch 6: epoch 4's checkpoint is on disk, epoch 5's lines are in metrics.jsonl, its state only in memory
+    real_epoch, real_finish = train._train_one_epoch, CheckpointWriter.finish
+    def epoch(state, *a):
+        if state.epoch == 5: raise SystemExit("killed")
+        return real_epoch(state, *a)
+    monkeypatch.setattr(train, "_train_one_epoch", epoch)
+    monkeypatch.setattr(CheckpointWriter, "finish", lambda self: (self.wait(), self._thread.shutdown()))  # dies: no last write
+    with pytest.raises(SystemExit): pretrain(config, tmp_path / "killed", quiet=True, checkpoint_every=4)
+    assert load_checkpoint(tmp_path / "killed" / "checkpoint.pt")["epoch"] == 4
+    assert len((tmp_path / "killed" / "metrics.jsonl").read_text().splitlines()) == 5
+    monkeypatch.undo()
+    torch.set_num_threads(1)
+    pretrain(config, tmp_path / "killed", quiet=True, checkpoint_every=4)
+    _same_run(load_checkpoint(tmp_path / "whole" / "checkpoint.pt"), load_checkpoint(tmp_path / "killed" / "checkpoint.pt"))
+    assert [int(l.split('"epoch": ')[1].split(",")[0]) for l in (tmp_path / "killed" / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_failed_background_write_is_raised(tmp_path, monkeypatch):
+    def full(path, state): raise OSError(28, "No space left on device", str(path))
+    monkeypatch.setattr(train, "save_checkpoint", full)
+    with pytest.raises(OSError, match="No space left on device"):
+        pretrain(PretrainConfig(epochs=2, **SMALL), tmp_path / "run", quiet=True)
+
+
+def test_sigterm_inside_pretrain_becomes_training_terminated(tmp_path, monkeypatch):
+    "In-process: SIGTERM during an epoch saves the last finished one and raises TrainingTerminated (exit status 143); the handler is put back."
+    torch.set_num_threads(1)
+    before = signal.getsignal(signal.SIGTERM)
+    real_epoch = train._train_one_epoch
+    def epoch(state, *a):
+        if state.epoch == 2: os.kill(os.getpid(), signal.SIGTERM); time.sleep(1)
+        return real_epoch(state, *a)
+    monkeypatch.setattr(train, "_train_one_epoch", epoch)
+    with pytest.raises(TrainingTerminated) as caught:
+        pretrain(PretrainConfig(epochs=5, **SMALL), tmp_path / "run", quiet=True, checkpoint_every=5)
+    assert caught.value.exit_status == 143 and "stopped by SIGTERM at epoch 3 of 5 (2 finished epochs saved" in str(caught.value)
+    assert load_checkpoint(tmp_path / "run" / "checkpoint.pt")["epoch"] == 2  # the cadence would have waited for epoch 5
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_training_process_saves_exits_143_and_resumes_to_the_same_numbers(tmp_path):
+    code = textwrap.dedent(f"""
+        import sys, torch
+        from ctl_explore.train import PretrainConfig, TrainingTerminated, pretrain
+        torch.set_num_threads(1)
+        try: pretrain(PretrainConfig(epochs=6, warmup_epochs=1, **{SMALL!r}), sys.argv[1], quiet=True, checkpoint_every=6)
+        except TrainingTerminated as e: print(e, file=sys.stderr); sys.exit(e.exit_status)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "run")], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics, deadline = tmp_path / "run" / "metrics.jsonl", time.time() + 240
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 2):
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()[1][-2000:]
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143 and "stopped by SIGTERM" in err and "Traceback" not in err, err[-2000:]
+    saved = load_checkpoint(tmp_path / "run" / "checkpoint.pt")["epoch"]
+    assert 2 <= saved < 6  # the last finished epoch, though the cadence alone would have written only epoch 6
+    torch.set_num_threads(1)
+    config = PretrainConfig(epochs=6, warmup_epochs=1, **SMALL)
+    pretrain(config, tmp_path / "run", quiet=True)
+    pretrain(config, tmp_path / "whole", quiet=True)
+    _same_run(load_checkpoint(tmp_path / "whole" / "checkpoint.pt"), load_checkpoint(tmp_path / "run" / "checkpoint.pt"))
