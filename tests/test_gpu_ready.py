@@ -55,7 +55,7 @@ def test_under_torchrun_each_process_takes_the_gpu_of_its_local_rank(fake_gpus, 
 
 
 def test_under_torchrun_a_rank_without_a_gpu_is_refused(fake_gpus):
-    fake_gpus.setenv("WORLD_SIZE", "8"); fake_gpus.setenv("LOCAL_RANK", "5")
+    fake_gpus.setenv("WORLD_SIZE", "8"); fake_gpus.setenv("RANK", "5"); fake_gpus.setenv("LOCAL_RANK", "5")
     with pytest.raises(ValueError, match="LOCAL_RANK 5, but this machine has 4 CUDA device.*--nproc_per_node=4"): resolve_device("auto")
     fake_gpus.delenv("LOCAL_RANK")
     with pytest.raises(ValueError, match="LOCAL_RANK is not set"): resolve_device("cuda")
@@ -65,7 +65,7 @@ def test_under_torchrun_a_rank_without_a_gpu_is_refused(fake_gpus):
 
 def test_without_cuda_auto_is_the_cpu_and_cuda_is_refused(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setenv("WORLD_SIZE", "2"); monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2"); monkeypatch.setenv("RANK", "1"); monkeypatch.setenv("LOCAL_RANK", "1")
     assert resolve_device("auto") == torch.device("cpu")
     with pytest.raises(ValueError, match="CUDA is not available"): resolve_device("cuda")
 
@@ -77,7 +77,7 @@ def test_a_process_takes_its_gpu_before_it_joins_the_group(fake_gpus):
     fake_gpus.setattr(dist, "init_process_group", lambda backend, **kw: calls.append(("init", backend, kw)))
     assert not distributed_mod._init_distributed(torch.device("cuda", 2))  # one process: no group
     assert calls == []
-    fake_gpus.setenv("WORLD_SIZE", "4"); fake_gpus.setenv("LOCAL_RANK", "2")
+    fake_gpus.setenv("WORLD_SIZE", "4"); fake_gpus.setenv("RANK", "2"); fake_gpus.setenv("LOCAL_RANK", "2")
     assert distributed_mod._init_distributed(resolve_device("cuda"))
     # issue 24: the group waits for its members, and in every collective, at most CTL_EXPLORE_DIST_TIMEOUT seconds (600 unset)
     bounded = {"timeout": datetime.timedelta(seconds=600)}
