@@ -392,20 +392,7 @@ def test_a_cuda_study_hands_its_workers_the_listed_gpus(tmp_path, monkeypatch):
 
 # --- workers die with their parent; a study from standard input -------------------------------------------------------------
 
-def _children(pid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try: stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError: continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid: out.append(int(entry))
-    return out
-
-
-def _alive(pid: int) -> bool:
-    try: state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError: return False
-    return state != "Z"
+from processes import alive as _alive, children as _children  # tests/processes.py
 
 
 @pytest.mark.slow
