@@ -318,14 +318,14 @@ def test_explorer_in_browser(lab, browser):
         playground = page.locator(".ctl-hypersphere-playground").first
         playground.scroll_into_view_if_needed()
         # its starting point is drawn before any step: one point per curve, on axes from step 0 to the N = 50 to come
-        try: start = _wait_for(page, HISTORY, playground.element_handle(), timeout_s=30, what="the playground's history plot")
+        try: start = _wait_for(page, HISTORY, playground.element_handle(), timeout_s=90, what="the playground's history plot")
         except AssertionError as e: raise AssertionError(f"{e}; console errors: {console_errors}") from None
         assert start["points"] == [1, 1] and start["x"][0] < 0 < 50 < start["x"][1], start
         assert start["y"][0] < start["u0"] < start["y"][1] and start["y2"][0] < start["t0"] < start["y2"][1], start
         playground.locator("button", has_text="run N steps").click()
         page.wait_for_function("(e) => e.innerText.includes('step 50 ')", arg=playground.element_handle(), timeout=60_000)
         _wait_for(page, f"(e) => {{ const h = ({HISTORY})(e); return h && h.points[0] === 51 ? h : null; }}",
-                  playground.element_handle(), timeout_s=30, what="the history plot to show 50 steps")
+                  playground.element_handle(), timeout_s=90, what="the history plot to show 50 steps")
         page.wait_for_timeout(500)
         playground.screenshot(path=str(ARTIFACTS / "playground.png"))
         phase("playground ran 50 steps from its button")
