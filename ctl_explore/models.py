@@ -8,7 +8,6 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-import torchvision
 from torch import Tensor
 
 from .checks import check_int
@@ -52,6 +51,7 @@ def resnet(depth: int = 18, in_channels: int = 3, stem: str = "imagenet") -> nn.
     if depth not in (18, 50): raise ValueError(f"depth must be 18 or 50, got {depth!r}")
     check_int("in_channels", in_channels)
     if stem not in STEMS: raise ValueError(f"stem must be one of {STEMS}, got {stem!r}")
+    import torchvision.models  # here, not at the top: it imports torch._dynamo (~2 CPU-s), which the small models never need
     net = (torchvision.models.resnet18 if depth == 18 else torchvision.models.resnet50)(weights=None)
     if stem == "cifar":  # 3x3 stride-1 convolution, no max-pool: full resolution into the first stage
         net.conv1 = nn.Conv2d(in_channels, 64, kernel_size=3, stride=1, padding=1, bias=False)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import scipy.stats
 from tqdm.auto import tqdm
 
 from .findings import _judge, findings
@@ -99,6 +98,7 @@ def made_up_study(means: dict, seeds=(0, 1, 2), sd: dict | None = None, n_test: 
     value with 'seed_values': {metric: [value per seed]}). Linear accuracy comes
     from per-image correctness on `n_test` images that share a difficulty across runs (`image_share` of each image's score
     is the image's own), so runs disagree image by image as trained networks do."""
+    import scipy.stats  # here, not at the top: importing scipy.stats costs ~2 CPU-s, which every ctl-explore command would pay
     if not 0 <= image_share < 1: raise ValueError(f"image_share must be in [0, 1), got {image_share!r}")
     rng = np.random.default_rng(seed)
     difficulty = rng.normal(size=n_test)

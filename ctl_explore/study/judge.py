@@ -10,7 +10,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.stats
 
 from ..train import PretrainConfig
 from .measure import CRITERIA, Criteria, check_run
@@ -189,6 +188,7 @@ def power_at(d: Difference, level: float, margin: float) -> float:
     """The power a test had: the chance that an interval at `level`, as wide as `d`'s, falls wholly on one side of its
     deciding bound when the true effect lies `margin` beyond it (for a direction: a true effect of `margin` shown above 0;
     the same chance as a true effect of 0 shown below `margin`)."""
+    import scipy.stats  # here, not at the top: importing scipy.stats costs ~2 CPU-s, which every ctl-explore command would pay
     if not math.isfinite(d.se): return 0.0
     if d.se <= 0: return 1.0
     crit = float(scipy.stats.t.ppf(0.5 + level / 2, d.df) if math.isfinite(d.df) else scipy.stats.norm.ppf(0.5 + level / 2))
@@ -368,6 +368,7 @@ def finding_power(parts: list[Part], m: int, seeds_now: int, target: float = 0.8
 # %% ../../nbs/28_study_judge.ipynb #691687cf
 def permutation_null(x, y, permutations: int = 2000, seed: int = 0) -> tuple[float, np.ndarray]:
     "Spearman's ρ of `x` and `y`, and ρ after each of `permutations` random shuffles of `y` (what ρ looks like when the two are unrelated)."
+    import scipy.stats  # here, not at the top: importing scipy.stats costs ~2 CPU-s, which every ctl-explore command would pay
     rx, ry = scipy.stats.rankdata(x), scipy.stats.rankdata(y)
     rng = np.random.default_rng(seed)
     return float(np.corrcoef(rx, ry)[0, 1]), np.array([np.corrcoef(rx, rng.permutation(ry))[0, 1] for _ in range(permutations)])

@@ -10,7 +10,6 @@ import statistics
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.stats
 
 
 # %% auto #0
@@ -82,6 +81,7 @@ def trend(x, y, permutations: int = 9999, seed: int = 0) -> Trend:
     return Trend(rho, (1 + extreme) / (1 + permutations), len(x))
 
 def _t(level: float, df: float) -> float:
+    import scipy.stats  # here, not at the top: importing scipy.stats costs ~2 CPU-s, which every ctl-explore command would pay
     return float(scipy.stats.norm.ppf(0.5 + level / 2) if math.isinf(df) else scipy.stats.t.ppf(0.5 + level / 2, df))
 
 def noise_margin(*cells: tuple, n_test: int | None = None, level: float = 0.95) -> float:
