@@ -140,6 +140,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                   'ctl_explore.data._decode_all': ('data.html#_decode_all', 'ctl_explore/data.py'),
                                   'ctl_explore.data._decode_every': ('data.html#_decode_every', 'ctl_explore/data.py'),
                                   'ctl_explore.data._decode_square': ('data.html#_decode_square', 'ctl_explore/data.py'),
+                                  'ctl_explore.data._digits_arrays': ('data.html#_digits_arrays', 'ctl_explore/data.py'),
                                   'ctl_explore.data._digits_loader': ('data.html#_digits_loader', 'ctl_explore/data.py'),
                                   'ctl_explore.data._gunzip_missing': ('data.html#_gunzip_missing', 'ctl_explore/data.py'),
                                   'ctl_explore.data._how_to_download': ('data.html#_how_to_download', 'ctl_explore/data.py'),

@@ -87,14 +87,29 @@ def stratified_split(labels: Tensor, test_fraction: float = 0.2, seed: int = 0) 
         test.append(idx[:n_test]); train.append(idx[n_test:])
     return torch.cat(train).sort().values, torch.cat(test).sort().values
 
+@lru_cache(maxsize=1)
+def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    "scikit-learn's digits: images [1797, 8, 8] with values 0..16, and labels. Read from the file `load_digits` reads, found without importing scikit-learn (~2 CPU-s, paid by every training process otherwise); `load_digits` itself where that file is not there."
+    import importlib.util
+    spec = importlib.util.find_spec("sklearn")
+    where = list(spec.submodule_search_locations or []) if spec else []
+    path = Path(where[0]) / "datasets" / "data" / "digits.csv.gz" if where else None
+    if path is None or not path.is_file():
+        from sklearn.datasets import load_digits  # a scikit-learn that keeps its digits elsewhere: ask it
+        digits = load_digits()
+        return digits.images, digits.target
+    table = np.loadtxt(path, delimiter=",")  # one row per image: its 64 pixels, then its digit
+    if table.shape != (1797, 65): raise ValueError(f"{path} holds a {table.shape} table, not scikit-learn's 1797 digits of 64 pixels and a label")
+    return table[:, :-1].reshape(-1, 8, 8), table[:, -1].astype(np.int64)
+
 def _load_digits(train: bool, image_size: int) -> ImageData:
-    from sklearn.datasets import load_digits  # imported here: only the digits need scikit-learn
-    digits = load_digits()
-    images = torch.tensor(digits.images, dtype=torch.float32)[:, None] * (255 / 16)  # [1797, 1, 8, 8], 0..255
+    images, labels = _digits_arrays()
+    images = torch.tensor(images, dtype=torch.float32)[:, None] * (255 / 16)  # [1797, 1, 8, 8], 0..255
     images = _resize_uint8(images.round().to(torch.uint8), image_size)
-    labels = torch.tensor(digits.target, dtype=torch.int64)
+    labels = torch.tensor(labels, dtype=torch.int64)
     idx = stratified_split(labels)[0 if train else 1]
     return ImageData(images[idx], labels[idx], [str(d) for d in range(10)], "digits", train)
+
 
 # %% ../nbs/04_data.ipynb #df4cef43
 class DatasetNotFoundError(FileNotFoundError):
