@@ -402,7 +402,7 @@ def test_killing_the_parent_leaves_no_worker(tmp_path):
         run_study(p, {str(tmp_path / 'S')!r}, quiet=True, workers=2)
     """)
     parent = subprocess.Popen([sys.executable, "-c", code], env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.time() + 120
+    deadline = time.time() + 300  # an upper bound for three processes to start, under load
     while len([p for p in _children(parent.pid) if "spawn_main" in Path(f"/proc/{p}/cmdline").read_text()]) < 2:
         assert parent.poll() is None and time.time() < deadline, parent.stderr.read().decode()[-2000:]
         time.sleep(0.05)
@@ -430,7 +430,7 @@ def test_ctrl_c_stops_a_worker_study_and_counts_what_is_saved(tmp_path):
         except StudyInterrupted as e: print(e)
     """)
     parent = subprocess.Popen([sys.executable, "-c", code], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
+    deadline = time.time() + 300  # an upper bound for three processes to start, under load
     while not list((tmp_path / "S" / "runs").glob("*/metrics.jsonl")):
         assert parent.poll() is None and time.time() < deadline, parent.communicate()[1][-2000:]
         time.sleep(0.05)
