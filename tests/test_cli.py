@@ -80,6 +80,8 @@ def test_workers_lowered_and_failing_in_workers_are_said(capsys, tmp_path):
     assert main(["study", "--preset", "wild", "--out", str(tmp_path / "w"), "--quiet", "--workers", "8"]) == 1
     err = capsys.readouterr().err
     assert "ctl-explore: warning: workers lowered from 8 to" in err and "4 of 4 runs failed" in err and "Traceback" not in err
+    rows = rows_module.load_results(tmp_path / "w" / "results.json")  # failed runs in workers become rows (what run_study returned)
+    assert len(rows) == 4 and all(r["failed"].startswith("TrainingDivergedError") for r in rows)
 
 
 def test_an_invalid_result_json_gets_a_sentence_not_a_traceback(capsys, tmp_path):

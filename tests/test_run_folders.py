@@ -161,17 +161,17 @@ def test_right_format_tag_with_wrong_contents_is_a_sentence(finished, tmp_path, 
 # ---------------------------------------------------------------- 3: one writer per run folder
 
 @pytest.mark.slow
-def test_a_second_process_on_one_folder_fails_at_once(tmp_path):
+def test_a_second_process_on_one_folder_fails_at_once(tmp_path, capsys):
+    "The first writer is a process started here; the second is this test's own process, running the same command line."
     run = tmp_path / "run"
     first = cli_process("pretrain", "--out", str(run), "--epochs", "50", *TINY_ARGS)
     try:
         wait_for(lambda: (run / "metrics.jsonl").exists() and (run / "metrics.jsonl").read_text().count("\n") >= 1, proc=first)
         started = time.time()
-        second = subprocess.run([sys.executable, "-m", "ctl_explore.cli", "pretrain", "--out", str(run), "--epochs", "50",
-                                 "--tau", "0.5", *TINY_ARGS], env=ENV, capture_output=True, text=True, timeout=120)
+        code, err = run_main(capsys, "pretrain", "--out", str(run), "--epochs", "50", "--tau", "0.5", *TINY_ARGS)
         assert first.poll() is None, "the first run ended before the second was refused: make it longer"
-        assert second.returncode == 1, second.stderr
-        assert f"is being written by process {first.pid}" in second.stderr and "Traceback" not in second.stderr
+        assert code == 1, err
+        assert f"is being written by process {first.pid}" in err and "Traceback" not in err
         assert time.time() - started < 60
     finally:
         first.send_signal(signal.SIGKILL)

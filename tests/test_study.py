@@ -144,25 +144,26 @@ def _strip(rows):
 
 
 @pytest.mark.slow
-def test_workers_give_the_serial_results(tmp_path):
-    serial = run_study(TINY, tmp_path / "serial", quiet=True, workers=1)
-    parallel = run_study(TINY, tmp_path / "parallel", quiet=True, workers=2)
-    assert _strip(parallel) == _strip(serial)
-    with pytest.raises(ValueError, match="workers must be an integer >= 1"):
-        run_study(TINY, tmp_path / "x", workers=0)
-
-
-@pytest.mark.slow
 def test_two_studies_share_one_folder(tmp_path):
+    "Two processes run one study in one folder at once: this one joins while the other trains its first run."
     code = ("import sys, json; from ctl_explore.study.runner import run_study; from ctl_explore.study.plan import StudyPreset; "
             "p = StudyPreset.make('tiny', width=4, epochs=2, taus=(0.2, 0.5), seeds=(0,), simple_losses=False, linear_epochs=2); "
             "rows = run_study(p, sys.argv[1], quiet=True, workers=1, poll_s=0.2); print(json.dumps([r['run'] for r in rows]))")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "S")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, env=env) for _ in range(2)]
-    outs = [p.communicate(timeout=600) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outs]
-    assert json.loads(outs[0][0]) == json.loads(outs[1][0])
+    other = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "S")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=env)
+    try:
+        deadline = time.time() + 300
+        while not list((tmp_path / "S" / "runs").glob("*/metrics.jsonl")):  # the other study is training its first run
+            assert other.poll() is None and time.time() < deadline, other.communicate()[1][-2000:]
+            time.sleep(0.05)
+        torch.set_num_threads(1)
+        mine = run_study(TINY, tmp_path / "S", quiet=True, workers=1, poll_s=0.2)
+        out, err = other.communicate(timeout=600)
+    finally:
+        if other.poll() is None: other.kill(); other.wait()
+    assert other.returncode == 0, err[-2000:]
+    assert json.loads(out) == [r["run"] for r in mine]
     for run in (tmp_path / "S" / "runs").iterdir():
         lines = (run / "metrics.jsonl").read_text().splitlines()
         assert [json.loads(l)["epoch"] for l in lines] == [1, 2]  # one writer's records, not two interleaved
@@ -399,8 +400,8 @@ def test_report_renders_in_chromium_without_errors(smoke):
 
 # --- runs that have not settled are stretched (train until converged, capped) --------------------------------------------
 
-STRETCHY = StudyPreset.make("stretchy", width=4, image_size=8, epochs=10, warmup_epochs=1, eval_every=1, taus=(0.5,), seeds=(0,),
-                       simple_losses=False, linear_epochs=2, extend_epochs=5, max_epochs=20)
+STRETCHY = StudyPreset.make("stretchy", width=4, image_size=8, epochs=5, warmup_epochs=1, eval_every=1, taus=(0.5,), seeds=(0,),
+                       simple_losses=False, linear_epochs=2, extend_epochs=5, max_epochs=15)  # stretched twice: 5, 10, 15 epochs
 
 
 def _model(run_dir):
@@ -413,14 +414,14 @@ def test_unsettled_runs_are_stretched_up_to_the_cap(tmp_path, monkeypatch):
     torch.set_num_threads(1)
     monkeypatch.setattr(study, "_settled", lambda *a, **k: False)  # a window that never settles
     rows = run_study(STRETCHY, tmp_path / "s", quiet=True, workers=1)
-    assert [r["config"]["epochs"] for r in rows] == [20, 20]
+    assert [r["config"]["epochs"] for r in rows] == [15, 15]
     for r in rows:
         state = _model(tmp_path / "s" / "runs" / r["run"])
         cfg = PretrainConfig.from_dict(state["config"])
-        assert cfg.epochs == 20 and state["epoch"] == 20
+        assert cfg.epochs == 15 and state["epoch"] == 15
         # every epoch trained under the schedule the run ended with: stretching changed no epoch already trained
-        assert [h["lr"] for h in state["history"]] == pytest.approx([study.lr_at(cfg, e) for e in range(20)], rel=1e-12)
-        assert [p["epoch"] for p in r["trajectory"]] == list(range(1, 21))
+        assert [h["lr"] for h in state["history"]] == pytest.approx([study.lr_at(cfg, e) for e in range(15)], rel=1e-12)
+        assert [p["epoch"] for p in r["trajectory"]] == list(range(1, 16))
     # the finished, stretched rows are reused as they are: nothing trains again
     monkeypatch.setattr(study, "pretrain", lambda *a, **k: pytest.fail("a finished stretched run was trained again"))
     assert run_study(STRETCHY, tmp_path / "s", quiet=True, workers=1) == rows
@@ -430,12 +431,12 @@ def test_unsettled_runs_are_stretched_up_to_the_cap(tmp_path, monkeypatch):
     run_dir = tmp_path / "s" / "runs" / rows[0]["run"]
     assert study.saved_row(run_dir, elsewhere, STRETCHY.stretch) == rows[0]
     current = study._current(run_dir, elsewhere, STRETCHY.stretch)
-    assert (current.epochs, current.device, current.compile) == (20, "cuda:1", True)
+    assert (current.epochs, current.device, current.compile) == (15, "cuda:1", True)
     with pytest.raises(StudyError, match="another configuration"):  # what it computes is
         study.saved_row(run_dir, dataclasses.replace(asked, tau=0.7), STRETCHY.stretch)
     # and a finished run cannot be stretched again: its epochs after the first drop had the old schedule's learning rate
     with pytest.raises(StudyError, match="past its first learning-rate drop"):
-        study.stretch_run(tmp_path / "s" / "runs" / rows[0]["run"], 25)
+        study.stretch_run(tmp_path / "s" / "runs" / rows[0]["run"], 20)
 
 
 def test_settled_runs_keep_their_schedule(tmp_path, monkeypatch):
@@ -443,7 +444,7 @@ def test_settled_runs_keep_their_schedule(tmp_path, monkeypatch):
     torch.set_num_threads(1)
     monkeypatch.setattr(study, "_settled", lambda *a, **k: True)
     rows = run_study(STRETCHY, tmp_path / "s", quiet=True, workers=1)
-    assert [r["config"]["epochs"] for r in rows] == [10, 10]
+    assert [r["config"]["epochs"] for r in rows] == [5, 5]
 
 
 @pytest.mark.slow
@@ -452,18 +453,18 @@ def test_a_stretched_run_equals_one_planned_that_long(tmp_path, monkeypatch):
     import ctl_explore.study.workers as study
     from ctl_explore.train import pretrain
     torch.set_num_threads(1)
-    preset = dataclasses.replace(STRETCHY, max_epochs=15)
+    preset = dataclasses.replace(STRETCHY, max_epochs=10)
     asked = study_configs(preset, 1438)[0]
     run_dir = tmp_path / "s" / "runs" / run_name(asked)
     pretrain(asked, run_dir, quiet=True, until_epoch=study.first_drop(asked))   # as if killed at the first drop...
-    study.stretch_run(run_dir, 15)                                               # ...just after the stretch
+    study.stretch_run(run_dir, 10)                                               # ...just after the stretch
     monkeypatch.setattr(study, "_settled", lambda *a, **k: False)
     rows = run_study(preset, tmp_path / "s", quiet=True, workers=1)
-    assert rows[0]["config"]["epochs"] == 15
+    assert rows[0]["config"]["epochs"] == 10
     planned = tmp_path / "planned"
-    pretrain(dataclasses.replace(asked, epochs=15), planned, quiet=True)
+    pretrain(dataclasses.replace(asked, epochs=10), planned, quiet=True)
     a, b = _model(run_dir), _model(planned)
-    assert a["epoch"] == b["epoch"] == 15
+    assert a["epoch"] == b["epoch"] == 10
     for k in b["model"]: assert torch.equal(a["model"][k], b["model"][k]), k
     assert torch.equal(a["bank"]["features"], b["bank"]["features"])
 
@@ -489,44 +490,62 @@ def test_stretch_rules():
 
 CLUSTER = StudyPreset.make("cluster", width=4, image_size=8, epochs=6, warmup_epochs=1, eval_every=1, taus=(0.1, 0.2, 0.5), seeds=(0, 1),
                       simple_losses=False, linear_epochs=2)
-_CLUSTER_CODE = (
+# the killed-worker test's study: 8 runs of 4 epochs (the victim is killed after its second), each run cheap
+_KILLED_KW = dict(width=4, image_size=8, epochs=4, warmup_epochs=1, eval_every=1, taus=(0.1, 0.5), seeds=(0, 1), simple_losses=False,
+                  linear_epochs=2)
+KILLED = StudyPreset.make("cluster", **_KILLED_KW)
+_CLUSTER_CODE = (  # a job-array-like worker, as `_claim_all` below
     "import sys, time; from ctl_explore.study.plan import StudyPreset; from ctl_explore.study.runner import run_one, study_plan\n"
-    "p = StudyPreset.make('cluster', width=4, image_size=8, epochs=6, warmup_epochs=1, eval_every=1, taus=(0.1, 0.2, 0.5), seeds=(0, 1), "
-    "simple_losses=False, linear_epochs=2)\n"
+    f"p = StudyPreset.make('cluster', **{_KILLED_KW!r})\n"
     "n = len(study_plan(p, 1438)); start = int(sys.argv[2]); todo = [(start + k) % n for k in range(n)]\n"
     "while todo:\n"
     "    todo = [i for i in todo if run_one(p, i, sys.argv[1]) is None]\n"
     "    if todo: time.sleep(0.2)\n")
 
 
+def _claim_all(preset, folder, start):
+    "A job-array-like worker in this process: run_one on every run of the plan from `start` on, again until none is held by another."
+    from ctl_explore.study.runner import run_one, study_plan
+    n = len(study_plan(preset, 1438))
+    todo = [(start + k) % n for k in range(n)]
+    while todo:
+        todo = [i for i in todo if run_one(preset, i, folder) is None]
+        if todo: time.sleep(0.2)
+
+
 @pytest.mark.slow
 def test_cluster_tasks_share_a_folder_and_survive_a_killed_one(tmp_path):
-    "Three job-array-like workers claim runs from one folder; one is killed mid-run; every run ends done once, as a serial study."
+    "Three job-array-like workers (two processes started here, and this one) claim runs from one folder; one is killed mid-run; every run ends done once, as a serial study."
     from ctl_explore.study.runner import gather, study_plan
     import signal
     shared = tmp_path / "shared"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     start = lambda offset: subprocess.Popen([sys.executable, "-c", _CLUSTER_CODE, str(shared), str(offset)], env=env,
                                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    plan = study_plan(KILLED, 1438)
     victim = start(0)
-    first = shared / "runs" / study_plan(CLUSTER, 1438)[0]["run"] / "metrics.jsonl"
+    first = shared / "runs" / plan[0]["run"] / "metrics.jsonl"
     deadline = time.time() + 300
     while not (first.exists() and len(first.read_text().splitlines()) >= 2):
         assert victim.poll() is None and time.time() < deadline, victim.communicate()[1][-2000:]
         time.sleep(0.05)
-    others = [start(4), start(8)]
-    os.kill(victim.pid, signal.SIGKILL)  # mid-run: its lock goes with its process
-    victim.wait()
-    outs = [p.communicate(timeout=600) for p in others]
-    assert [p.returncode for p in others] == [0, 0], [o[1][-2000:] for o in outs]
-    rows, missing = gather(CLUSTER, shared)
-    assert missing == [] and len(rows) == 12
-    for item in study_plan(CLUSTER, 1438):  # every epoch of every run trained and recorded once
+    other = start(3)
+    try:
+        os.kill(victim.pid, signal.SIGKILL)  # mid-run: its lock goes with its process
+        victim.wait()
+        torch.set_num_threads(1)
+        _claim_all(KILLED, shared, 6)  # this process is the third worker
+        out, err = other.communicate(timeout=600)
+    finally:
+        if other.poll() is None: other.kill(); other.wait()
+    assert other.returncode == 0, err[-2000:]
+    rows, missing = gather(KILLED, shared)
+    assert missing == [] and len(rows) == len(plan) == 8
+    for item in plan:  # every epoch of every run trained and recorded once
         lines = (shared / "runs" / item["run"] / "metrics.jsonl").read_text().splitlines()
-        assert [json.loads(l)["epoch"] for l in lines] == list(range(1, 7)), item["run"]
+        assert [json.loads(l)["epoch"] for l in lines] == list(range(1, 5)), item["run"]
     assert not list(shared.rglob("*.tmp"))
-    torch.set_num_threads(1)
-    serial = run_study(CLUSTER, tmp_path / "serial", quiet=True, workers=1)
+    serial = run_study(KILLED, tmp_path / "serial", quiet=True, workers=1)
     assert _strip(rows) == _strip(serial)
 
 

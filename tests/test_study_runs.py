@@ -320,10 +320,7 @@ def test_any_error_in_a_run_fails_that_run_only_and_a_rerun_retries_only_it(tmp_
     assert measured == ["contrastive-tau0.5-seed0"] and again[0] == rows[0] and "failed" not in again[1]
 
 
-@pytest.mark.slow
-def test_failed_runs_in_workers_become_rows(tmp_path):
-    rows = run_study(WILD, tmp_path / "w", quiet=True, workers=2)
-    assert len(rows) == 4 and all(r["failed"].startswith("TrainingDivergedError") for r in rows)
+# failed runs in workers become rows: tests/test_cli.py::test_workers_lowered_and_failing_in_workers_are_said (one study in workers for both)
 
 
 def test_ctrl_c_says_how_many_runs_are_saved(tmp_path, monkeypatch):
@@ -405,18 +402,18 @@ def test_killing_the_parent_leaves_no_worker(tmp_path):
         run_study(p, {str(tmp_path / 'S')!r}, quiet=True, workers=2)
     """)
     parent = subprocess.Popen([sys.executable, "-c", code], env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.time() + 120
+    deadline = time.time() + 300  # an upper bound for three processes to start, under load
     while len([p for p in _children(parent.pid) if "spawn_main" in Path(f"/proc/{p}/cmdline").read_text()]) < 2:
         assert parent.poll() is None and time.time() < deadline, parent.stderr.read().decode()[-2000:]
-        time.sleep(0.2)
+        time.sleep(0.05)
     while not list((tmp_path / "S" / "runs").glob("*/metrics.jsonl")):  # the workers are training
         assert time.time() < deadline
-        time.sleep(0.2)
+        time.sleep(0.05)
     workers = _children(parent.pid)
     os.kill(parent.pid, signal.SIGKILL)
     parent.wait()
     deadline = time.time() + 5
-    while any(_alive(p) for p in workers) and time.time() < deadline: time.sleep(0.1)
+    while any(_alive(p) for p in workers) and time.time() < deadline: time.sleep(0.05)
     left = [p for p in workers if _alive(p)]
     for p in left: os.kill(p, signal.SIGKILL)
     assert left == [], "workers outlived their parent"
@@ -433,30 +430,40 @@ def test_ctrl_c_stops_a_worker_study_and_counts_what_is_saved(tmp_path):
         except StudyInterrupted as e: print(e)
     """)
     parent = subprocess.Popen([sys.executable, "-c", code], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
+    deadline = time.time() + 300  # an upper bound for three processes to start, under load
     while not list((tmp_path / "S" / "runs").glob("*/metrics.jsonl")):
         assert parent.poll() is None and time.time() < deadline, parent.communicate()[1][-2000:]
-        time.sleep(0.2)
+        time.sleep(0.05)
     workers = _children(parent.pid)
     os.kill(parent.pid, signal.SIGINT)  # the parent alone, as `kill -INT` does (a terminal's Ctrl-C reaches the workers too)
     out, err = parent.communicate(timeout=30)
     assert "study interrupted: 0 of its 4 runs finished and saved" in out and "Traceback" not in err, err[-2000:]
-    time.sleep(1)
+    deadline = time.time() + 1  # as long as before (a sleep of 1 s), but ended as soon as they are gone
+    while any(_alive(p) for p in workers) and time.time() < deadline: time.sleep(0.05)
     assert [p for p in workers if _alive(p)] == []
 
 
 @pytest.mark.slow
-def test_a_study_from_standard_input_runs_its_workers(tmp_path):
+def test_a_study_from_standard_input_runs_its_workers_and_they_give_the_serial_results(tiny, tmp_path):
+    "A study read from standard input starts its two workers, and their rows are the serial study's (the `tiny` fixture's)."
     script = textwrap.dedent(f"""
+        import json
         from ctl_explore.study.plan import StudyPreset
         from ctl_explore.study.runner import run_study
-        p = StudyPreset.make("tiny", width=4, epochs=1, taus=(0.2, 0.5), seeds=(0,), simple_losses=False, linear_epochs=1)
+        p = StudyPreset.make("tiny", width=4, epochs=2, taus=(0.2, 0.5), seeds=(0,), simple_losses=False, linear_epochs=2)
         rows = run_study(p, {str(tmp_path / 'S')!r}, quiet=True, workers=2)
         print(len(rows), sum("failed" in r for r in rows))
+        print(json.dumps(rows))
     """)
     proc = subprocess.run([sys.executable, "-"], input=script, env=ENV, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.split() == ["4", "0"]  # four runs measured, none failed
+    counts, parallel = proc.stdout.strip().split("\n")[-2:]
+    assert counts.split() == ["4", "0"]  # four runs measured, none failed
+    assert _strip(json.loads(parallel)) == _strip(tiny[1])  # two workers give the serial results
+    assert study_configs(TINY, 1438) == study_configs(StudyPreset.make("tiny", width=4, epochs=2, taus=(0.2, 0.5), seeds=(0,),
+                                                                      simple_losses=False, linear_epochs=2), 1438)  # the script's preset is TINY
+    with pytest.raises(ValueError, match="workers must be an integer >= 1"):
+        run_study(TINY, tmp_path / "x", workers=0)
 
 
 # --- the plan: a preset is a base configuration and the axes it sweeps (appendix 20) -------------------------------------
