@@ -623,7 +623,7 @@ def _make_momentum_buffers(optimizer: torch.optim.Optimizer) -> None:
     for group in optimizer.param_groups:
         if not group["momentum"]: continue
         for p in group["params"]:
-            if optimizer.state[p].get("momentum_buffer") is None: optimizer.state[p]["momentum_buffer"] = torch.zeros_like(p)
+            if p.requires_grad and optimizer.state[p].get("momentum_buffer") is None: optimizer.state[p]["momentum_buffer"] = torch.zeros_like(p)
 
 def _train_one_epoch(state: TrainState, train: ImageData, test: ImageData, steps: int, quiet: bool) -> dict:
     "Train epoch `state.epoch` (0-based), check that it stayed finite, and measure it when due; its record, without the wall time."

@@ -203,6 +203,7 @@ def test_zero_momentum_buffers_change_no_number():
         for _ in range(2): gradient_step(optimizer, lambda: net(x), lambda z: z.square().mean())
         weights.append([p.detach().clone() for p in net.parameters()])
     assert all(torch.equal(p, q) for p, q in zip(*weights))
+    assert frozen not in optimizer.state  # a parameter that does not train gets no buffer, as in step()
     bare = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)  # no momentum: nothing to make
     _make_momentum_buffers(bare)
     assert not bare.state
