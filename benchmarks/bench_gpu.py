@@ -10,8 +10,9 @@ pass, the SGD update, and with the memory bank its moving-average update. Two wa
   comparison with the published SimCLR anchors, which run the network on two views of every image.
 
 Each at batch 128 ([WL21]) and 512, with torch.compile off, of the encoder (`compile=True`) and of the whole step
-(`compile="step"`, the learning rate a tensor as `pretrain` passes it), for the ordinary contrastive loss and the hard
-one (`--loss`). The data are random uint8 images of CIFAR10's shape (3 x 32 x 32, 50,000 rows), made on the device:
+(`compile="step"`: one graph, `ctl_explore.train.compile_step`, the learning rate a tensor as `pretrain` passes it), for
+the ordinary contrastive loss and the hard one (`--loss`). `--compile graph` adds that one graph replayed as a CUDA graph
+(torch.compile's mode="reduce-overhead"; the row says when inductor skipped the CUDA graph, and stderr says why). The data are random uint8 images of CIFAR10's shape (3 x 32 x 32, 50,000 rows), made on the device:
 nothing is downloaded. cudnn.benchmark is on, as `pretrain` sets it on CUDA. Each case is timed `--repeats` times
 after its warm-up; the table gives the median images/s and the range over the repeats.
 
@@ -47,10 +48,12 @@ from ctl_explore.data import TwoViewAugment
 from ctl_explore.gpu import device_summary
 from ctl_explore.memory_bank import MemoryBank
 from ctl_explore.distributed import _distributed, _init_distributed, distributed_net, resolve_device
-from ctl_explore.train import PretrainConfig, _set_lr, build_model, negatives_seen, TrainState, training_step, view_draws
+from ctl_explore.train import (PretrainConfig, TrainState, _make_momentum_buffers, _set_lr, build_model, compile_step, negatives_seen,
+                               training_step, view_draws)
 
 RESULTS = Path(__file__).parent / "results"
-COMPILES = ("off", "encoder", "step")  # torch.compile of nothing, of the encoder (compile=True), of the whole step
+COMPILES = ("off", "encoder", "step")  # torch.compile of nothing, of the encoder (compile=True), of the whole step (one graph)
+GRAPH = "graph"  # --compile graph: the one-graph step as a CUDA graph (mode="reduce-overhead"); asked for by name, not a default
 LOSSES = ("contrastive", "hard_contrastive")  # the ordinary loss and the hard one (top-k of each row's negatives)
 
 # published anchors (issue 16): the numbers a GPU owner compares with
@@ -75,8 +78,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=None, help="untimed steps first, compilation included (default 15; toy: 1)")
     p.add_argument("--repeats", type=int, default=None, help="timings of --steps steps per case, for the median and range (default 5; toy: 1)")
     p.add_argument("--loss", choices=LOSSES, nargs="+", default=None, help="losses to time (default: both; toy: contrastive)")
-    p.add_argument("--compile", choices=COMPILES, nargs="+", default=None,
-                   help="torch.compile settings to time: off, encoder, step (default on CUDA: all three; toy and torchrun: off)")
+    p.add_argument("--compile", choices=COMPILES + (GRAPH,), nargs="+", default=None,
+                   help="torch.compile settings to time: off, encoder, step, graph (the step as a CUDA graph) (default on CUDA: "
+                        "off, encoder, step; toy and torchrun: off)")
     p.add_argument("--negatives", choices=("bank", "batch"), nargs="+", default=None,
                    help="bank, batch (default: both; under torchrun: bank, the only one pretrain runs on several processes)")
     p.add_argument("--peak-tflops", type=float, default=None, help="the GPU's dense bf16 peak in TFLOP/s for the MFU column "
@@ -133,13 +137,15 @@ def time_case(images: torch.Tensor, batch: int, negatives: str, compile: str, st
     "Images/s of `repeats` timings of `steps` training steps (after `warmup` untimed ones) for one setting; a fresh model, optimiser and bank each time."
     rank, world = _distributed()
     config = PretrainConfig(dataset="cifar10", backbone="resnet18", batch_size=batch, precision="bf16", negatives=negatives,
-                            loss=loss, compile={"off": False, "encoder": True, "step": "step"}[compile])
+                            loss=loss, compile={"off": False, "encoder": True, "step": "step", GRAPH: "step"}[compile])
     model = build_model(config, images.shape[1], device)
     net = distributed_net(model, device)  # as pretrain does it: GlobalBatchNorm and DDP under torchrun, the model alone otherwise
     if compile == "encoder": net = torch.compile(net)
-    step = torch.compile(training_step) if compile == "step" else training_step
+    whole = compile in ("step", GRAPH)  # the whole step compiled, as pretrain's compile="step" does it
+    step = compile_step(training_step, **({"mode": "reduce-overhead"} if compile == GRAPH else {})) if whole else training_step
     optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
-    _set_lr(optimizer, config.lr, as_tensor=compile == "step")  # as pretrain passes it: a tensor for the compiled step
+    _set_lr(optimizer, config.lr, as_tensor=whole)  # as pretrain passes it: a tensor for the compiled step
+    if whole: _make_momentum_buffers(optimizer)  # as pretrain does: the first step compiles the graph the others run
     augment = TwoViewAugment("cifar10", size=images.shape[-1])
     bank = MemoryBank(len(images), config.out_dim, config.bank_momentum, generator=torch.Generator().manual_seed(1)).to(device) \
         if negatives == "bank" else None
@@ -149,6 +155,7 @@ def time_case(images: torch.Tensor, batch: int, negatives: str, compile: str, st
     per_pass, local, views = len(images) // batch, batch // world, 1 if negatives == "bank" else 2
     part = slice(rank * local, (rank + 1) * local)
     state = TrainState(config, model, optimizer, bank, generator, params, net=net)  # what pretrain's steps are given
+    if compile == GRAPH: mark_static(optimizer, bank)
 
     def one(k: int) -> None:
         idx = order[(k % per_pass) * batch:(k % per_pass + 1) * batch]
@@ -156,7 +163,7 @@ def time_case(images: torch.Tensor, batch: int, negatives: str, compile: str, st
         aug, draws = view_draws(augment, x, generator, views)
         training_step_used(state, x, idx, aug, draws, part)
 
-    training_step_used = step if compile == "step" else training_step  # looked up now: a test may wrap the module's name
+    training_step_used = step if whole else training_step  # looked up now: a test may wrap the module's name
 
     def sync() -> None:
         if device.type == "cuda": torch.cuda.synchronize(device)
@@ -167,7 +174,7 @@ def time_case(images: torch.Tensor, batch: int, negatives: str, compile: str, st
         eager, training_step_used = training_step_used, training_step
         flops = step_flops(lambda: one(0))
         training_step_used = eager
-    rates = []
+    rates, skips_before = [], cudagraph_skips()
     try:
         with value_checks(False):  # as in pretrain: the indices are a permutation's, checked by construction
             sync()
@@ -184,9 +191,24 @@ def time_case(images: torch.Tensor, batch: int, negatives: str, compile: str, st
         if compile != "off": torch._dynamo.reset()  # the next case compiles its own model from scratch
     peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
     median = statistics.median(rates)
-    return dict(negatives=negatives, batch=batch, compile=compile, gpus=world, loss=loss, images_per_s=median,
+    shown = compile if compile != GRAPH else f"{GRAPH} (CUDA graph skipped: see stderr)" if cudagraph_skips() > skips_before else GRAPH
+    return dict(negatives=negatives, batch=batch, compile=shown, gpus=world, loss=loss, images_per_s=median,
                 images_per_s_min=min(rates), images_per_s_max=max(rates), repeats=repeats, ms_per_step=1e3 * batch / median,
                 warmup_s=warm_s, peak_gib=peak, flops_per_step=flops, tflops=flops * median / batch / 1e12, error=None)
+
+
+def mark_static(optimizer: torch.optim.Optimizer, bank: MemoryBank | None) -> None:
+    "Tell torch.compile that the tensors the step updates in place keep their addresses (momentum buffers, learning rates, the bank), so that a CUDA graph reads and writes them where they are instead of copying them in."
+    tensors = [v for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
+    tensors += [g["lr"] for g in optimizer.param_groups if isinstance(g["lr"], torch.Tensor)]
+    tensors += [] if bank is None else list(bank.buffers())  # the tensors themselves (state_dict gives detached copies)
+    for t in tensors: torch._dynamo.mark_static_address(t)
+
+
+def cudagraph_skips() -> int:
+    "How often inductor has declined to run a graph as a CUDA graph in this process (it logs the reason as a warning)."
+    from torch._dynamo.utils import counters
+    return counters["inductor"]["cudagraph_skips"]
 
 
 def failed_row(e: BaseException, batch: int, negatives: str, compile: str, loss: str, world: int) -> dict:
@@ -239,8 +261,8 @@ def markdown(rows: list[dict], machine: dict, args: argparse.Namespace, command:
               "network's work. lightly's figure is a whole run's wall time (with its evaluations and data loading), "
               "50,000 × 200 images / 97.7 min; dkobak's is a training throughput. Several GPUs: "
               "`torchrun --standalone --nproc_per_node=N benchmarks/bench_gpu.py` writes its own page beside this one. "
-              "CUDA graphs are not used: no capture of the step is implemented, and torch.compile's mode=\"reduce-overhead\" "
-              "is not among the cases. TFLOP/s: the FLOPs of one eager step of one process (torch's FLOP counter: matrix products "
+              "CUDA graphs are not used in the default cases: `--compile graph` adds the one-graph step replayed as a CUDA graph "
+              "(torch.compile's mode=\"reduce-overhead\"). TFLOP/s: the FLOPs of one eager step of one process (torch's FLOP counter: matrix products "
               "and convolutions, forward and backward) times its steps per second; MFU: that over the GPU's dense bf16 peak ("
               + (f"{args.peak_tflops:g} TFLOP/s" if getattr(args, "peak_tflops", None) else "unknown here: give --peak-tflops") + ").", ""]
     return "\n".join(lines)

@@ -916,6 +916,16 @@ def _per_channel(values: tuple, device: torch.device, dtype: torch.dtype = torch
     "`values` as a [1, C, 1, 1] tensor on `device`, made once per (values, device, dtype): no host-to-device copy per batch. Never modify it."
     return torch.tensor(values, dtype=dtype).view(1, len(values), 1, 1).to(device)
 
+@torch.compiler.assume_constant_result
+def _normalisation(mean: tuple, std: tuple, device: torch.device) -> Tensor:
+    "[2, 1, C, 1, 1] float32 on `device`: 1/std and -mean/std, so that (x - mean) / std is x·[0] + [1]; made once. A compiled step takes it as a constant of its graph, made outside it (TorchDynamo calls this function when it traces instead of tracing it). Never modify it."
+    return _normalisation_of(_per_channel(mean, device), _per_channel(std, device))
+
+@lru_cache(maxsize=64)
+def _normalisation_of(mean: Tensor, std: Tensor) -> Tensor:  # cached per pair of `_per_channel`'s tensors
+    inv_std = 1 / std
+    return torch.stack((inv_std, -mean * inv_std))
+
 def _blur_kernel_size(params: AugmentParams, size: int) -> int:
     "An odd kernel covering ±3σ of the largest σ, but no wider than the image allows for reflected borders."
     radius = min(math.ceil(3 * params.blur_sigma[1] * size), size - 1)
@@ -938,8 +948,7 @@ def augment_view(
     size = params.size or height
     chunk = chunk_size or (max(1, 2**17 // (size * size)) if device.type == "cpu" else n)
     draws = draws.to(device)
-    inv_std = 1 / _per_channel(params.std, device)
-    shift = -_per_channel(params.mean, device) * inv_std
+    inv_std, shift = _normalisation(params.mean, params.std, device)
     jitter = params.jitter_p > 0
     kernel = _blur_kernel_size(params, size)
     # brightness and the scaling from 0..255 to [0, 1] are one multiplication (the crop is linear, so it can go first)

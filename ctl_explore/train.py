@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
+from torch.optim.sgd import sgd
 from tqdm.auto import tqdm
 
 from .checks import check_bool, check_choice, check_in_range, check_int, check_nonnegative, check_positive, value_checks
@@ -48,8 +49,9 @@ __all__ = ['NEGATIVES', 'PRECISIONS', 'PRECISION_CHOICES', 'MIN_IMAGE_SIZE', 'MA
            'TERMINATED_EXIT', 'LOG_EVERY', 'MAX_THREADS', 'PretrainConfig', 'default_lam', 'negatives_seen', 'lr_at',
            'resolve_precision', 'run_identity', 'load_checkpoint', 'check_run_folder', 'embed', 'evaluates_at',
            'monitor_rows', 'evaluate', 'TrainingDivergedError', 'TrainingInterrupted', 'TrainingTerminated',
-           'sigterm_stops', 'threads_for', 'build_model', 'TrainState', 'view_draws', 'gradient_step', 'training_step',
-           'step_on_views', 'new_state', 'CheckpointWriter', 'pretrain']
+           'sigterm_stops', 'threads_for', 'build_model', 'TrainState', 'view_draws', 'gradient_step',
+           'traced_sgd_step', 'training_step', 'step_on_views', 'new_state', 'compile_step', 'CheckpointWriter',
+           'pretrain']
 
 # %% ../nbs/29_training_loop.ipynb #6dbc4a4b
 NEGATIVES = ("bank", "batch")
@@ -425,10 +427,31 @@ def gradient_step(
         if all(bool(t.isfinite().all()) for t in (z if isinstance(z, tuple) else (z,))): raise
         raise FloatingPointError("the embeddings became NaN or infinite") from None
     objective = loss if penalty is None else loss + penalty(z)
-    optimizer.zero_grad(set_to_none=True)
-    objective.backward()
-    optimizer.step()
+    if torch.compiler.is_compiling(): traced_sgd_step(optimizer, objective)  # compile="step": the same update, in one graph
+    else:
+        optimizer.zero_grad(set_to_none=True)
+        objective.backward()
+        optimizer.step()
     return z, loss.detach()
+
+def traced_sgd_step(optimizer: torch.optim.SGD, objective: Tensor) -> None:
+    "`zero_grad`, `objective.backward()` and `step()` of an SGD optimiser, written so that TorchDynamo traces them into the compiled step's graph (`Optimizer.step` and `zero_grad` break a graph on purpose): the gradients from `torch.autograd.grad` instead of `.grad` (left untouched), the update by `torch.optim.sgd.sgd`, the function `SGD.step` calls, on the same momentum buffers. The same numbers as the three calls."
+    if not isinstance(optimizer, torch.optim.SGD): raise ValueError(f"traced_sgd_step updates with SGD, got {type(optimizer).__name__}")
+    groups = [[p for p in group["params"] if p.requires_grad] for group in optimizer.param_groups]
+    grads = torch.autograd.grad(objective, [p for params in groups for p in params], allow_unused=True)
+    start = 0
+    with torch.no_grad():
+        for group, params in zip(optimizer.param_groups, groups):
+            taken = list(zip(params, grads[start:start + len(params)]))
+            start += len(params)
+            params = [p for p, g in taken if g is not None]  # a parameter the objective does not use is not updated, as in step()
+            group_grads = [g for _, g in taken if g is not None]
+            buffers = [optimizer.state[p].get("momentum_buffer") for p in params]
+            sgd(params, group_grads, buffers, weight_decay=group["weight_decay"], momentum=group["momentum"], lr=group["lr"],
+                dampening=group["dampening"], nesterov=group["nesterov"], maximize=group["maximize"],
+                foreach=not group["fused"], fused=group["fused"])  # foreach: its for-loop form came out wrong under inductor (torch 2.14)
+            if group["momentum"]:
+                for p, buffer in zip(params, buffers): optimizer.state[p]["momentum_buffer"] = buffer  # made by the first step
 
 def training_step(
     state: TrainState,                   # the run: its net, optimizer, bank, configuration, loss_params and generator
@@ -588,7 +611,19 @@ def _prepare_step(state: TrainState, device: torch.device) -> None:
     "The network as it trains and the step function: batch norm over the global batch and DDP with several processes (appendix 19), torch.compile if asked."
     state.net = distributed_net(state.model, device)
     if state.config.compile is True: state.net = torch.compile(state.net)
-    state.step = torch.compile(training_step) if state.config.compile == "step" else training_step
+    if state.config.compile == "step": _make_momentum_buffers(state.optimizer)
+    state.step = compile_step(training_step) if state.config.compile == "step" else training_step
+
+def compile_step(step: Callable, **options) -> Callable:
+    "`torch.compile(step, **options)` with TorchDynamo tracing the backward pass too (its `trace_autograd_ops`, set while the step runs): `training_step` so compiled is one graph, augmentation, forward, loss, backward and update (`gradient_step` takes `traced_sgd_step` there). `mode='reduce-overhead'` runs that graph as a CUDA graph."
+    return torch._dynamo.config.patch(trace_autograd_ops=True)(torch.compile(step, **options))
+
+def _make_momentum_buffers(optimizer: torch.optim.Optimizer) -> None:
+    "Zero momentum buffers for SGD's parameters that have none yet: the first step's update is then exactly the one it makes without them (0·momentum + gradient), and a compiled step sees the same state at its first call as at the others (one graph, not two)."
+    for group in optimizer.param_groups:
+        if not group["momentum"]: continue
+        for p in group["params"]:
+            if p.requires_grad and optimizer.state[p].get("momentum_buffer") is None: optimizer.state[p]["momentum_buffer"] = torch.zeros_like(p)
 
 def _train_one_epoch(state: TrainState, train: ImageData, test: ImageData, steps: int, quiet: bool) -> dict:
     "Train epoch `state.epoch` (0-based), check that it stayed finite, and measure it when due; its record, without the wall time."
