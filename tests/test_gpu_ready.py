@@ -25,6 +25,7 @@ from ctl_explore.train import (TIMING_KEYS, PretrainConfig, build_model, load_ch
                                pretrain, run_identity, training_step, view_draws, TrainState)
 
 TINY = dict(width=4, out_dim=16, knn_k=20, batch_size=16)
+RUN = {**TINY, "batch_size": 64}  # whole runs: 23 steps an epoch on the digits instead of 90, none of these tests counts steps
 
 
 # ---------------------------------------------------------------- one device per torchrun process
@@ -186,7 +187,7 @@ def test_the_epoch_reads_the_loss_only_at_its_logging_points():
 # ---------------------------------------------------------------- resume across devices
 
 def test_the_device_is_not_part_of_a_run(tmp_path):
-    cfg = PretrainConfig(epochs=2, device="cpu", **TINY)
+    cfg = PretrainConfig(epochs=2, device="cpu", **RUN)
     pretrain(cfg, tmp_path, quiet=True, until_epoch=1)
     for device in ("cuda", "cuda:1", "auto"):  # a checkpoint written on one device loads for another
         assert load_checkpoint(tmp_path / "checkpoint.pt", dataclasses.replace(cfg, device=device))["epoch"] == 1
@@ -198,7 +199,7 @@ def test_the_device_is_not_part_of_a_run(tmp_path):
 
 def test_a_checkpoint_from_another_device_type_resumes_with_a_reseeded_stream(tmp_path):
     torch.set_num_threads(1)
-    cfg = PretrainConfig(epochs=3, device="cpu", eval_every=3, **TINY)
+    cfg = PretrainConfig(epochs=3, device="cpu", eval_every=3, **RUN)
     pretrain(cfg, tmp_path / "whole", quiet=True)
     pretrain(cfg, tmp_path / "cpu", quiet=True, until_epoch=1)
     state = load_checkpoint(tmp_path / "cpu" / "checkpoint.pt")
@@ -226,7 +227,7 @@ def test_a_checkpoint_from_another_device_type_resumes_with_a_reseeded_stream(tm
 # ---------------------------------------------------------------- measuring less: the monitor's subset
 
 def test_the_monitor_subset_is_fixed_and_leaves_training_alone(tmp_path):
-    cfg = PretrainConfig(epochs=1, device="cpu", **TINY)
+    cfg = PretrainConfig(epochs=1, device="cpu", **RUN)
     assert monitor_rows(cfg, 1438) is None
     sub = dataclasses.replace(cfg, monitor_images=300)
     rows = monitor_rows(sub, 1438)
@@ -290,7 +291,7 @@ def test_precision_auto_is_bf16_on_cuda_and_fp32_on_the_cpu(monkeypatch):
 
 def test_a_run_records_its_resolved_precision_and_resumes_with_it(tmp_path):
     import json
-    cfg = PretrainConfig(**TINY, epochs=2, device="cpu")
+    cfg = PretrainConfig(**RUN, epochs=2, device="cpu")
     pretrain(cfg, tmp_path / "auto", quiet=True, until_epoch=1)
     assert json.loads((tmp_path / "auto" / "config.json").read_text())["precision"] == "fp32"
     assert load_checkpoint(tmp_path / "auto" / "checkpoint.pt")["config"]["precision"] == "fp32"

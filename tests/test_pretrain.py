@@ -29,8 +29,20 @@ TINY = ["--width", "8", "--out-dim", "32", "--batch-size", "64", "--quiet"]
 
 
 def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    "`ctl-explore args` in a new process: about 7 CPU-s of imports and setup before its first step."
     return subprocess.run([sys.executable, "-m", "ctl_explore.cli", *args], env=ENV, capture_output=True, text=True,
                           timeout=timeout)
+
+
+def cli_here(capsys, *args: str) -> subprocess.CompletedProcess:
+    """`ctl-explore args` in this process, through the command's own `main` (its parser, its sentences, its exit status),
+    where the test's point is the command rather than a process of its own. A traceback would escape and fail the test."""
+    from ctl_explore.cli import main
+    capsys.readouterr()
+    try: code = main(list(args))
+    except SystemExit as e: code = e.code
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(["ctl-explore", *args], code, out.out, out.err)
 
 
 def history(run: Path) -> list[dict]:
@@ -38,10 +50,12 @@ def history(run: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_resume_after_sigkill_gives_the_uninterrupted_metrics(tmp_path):
+def test_resume_after_sigkill_gives_the_uninterrupted_metrics(tmp_path, capsys):
+    # only the killed run needs a process of its own: the uninterrupted run and the resumption run here, with the same
+    # single thread as the killed process (OMP_NUM_THREADS=1 there; pretrain's threads_for here), so the same sums
     args = ["pretrain", *TINY, "--epochs", "4"]
     whole, killed = tmp_path / "whole", tmp_path / "killed"
-    assert cli(*args, "--out", str(whole)).returncode == 0
+    assert cli_here(capsys, *args, "--out", str(whole)).returncode == 0
 
     proc = subprocess.Popen([sys.executable, "-m", "ctl_explore.cli", *args, "--out", str(killed)], env=ENV,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -61,7 +75,7 @@ def test_resume_after_sigkill_gives_the_uninterrupted_metrics(tmp_path):
     done = len(load_checkpoint(killed / "checkpoint.pt")["history"])
     assert 2 <= done < 4, done
 
-    assert cli(*args, "--out", str(killed)).returncode == 0  # the same command again resumes
+    assert cli_here(capsys, *args, "--out", str(killed)).returncode == 0  # the same command again resumes
     assert history(killed) == history(whole)
     a, b = (load_checkpoint(r / "checkpoint.pt") for r in (whole, killed))
     for key in a["model"]: assert torch.equal(a["model"][key], b["model"][key]), key
@@ -87,10 +101,10 @@ sys.exit(main(sys.argv[1:]))
 
 
 @pytest.mark.slow
-def test_two_gloo_processes_match_one(tmp_path):
+def test_two_gloo_processes_match_one(tmp_path, capsys):
     args = ["pretrain", *TINY, "--epochs", "2", "--norm", "group", "--device", "cpu"]
     one, two = tmp_path / "one", tmp_path / "two"
-    assert cli(*args, "--out", str(one)).returncode == 0
+    assert cli_here(capsys, *args, "--out", str(one)).returncode == 0  # the one process: this one
     # the command line, with `evaluate` wrapped so that every call leaves a mark naming the process that made it
     marks = tmp_path / "marks"
     marks.mkdir()
@@ -110,7 +124,7 @@ def test_two_gloo_processes_match_one(tmp_path):
 @pytest.mark.slow
 def test_short_digits_run_beats_random_backbone(tmp_path):
     torch.set_num_threads(1)
-    pretrain(PretrainConfig(epochs=15), tmp_path, quiet=True)
+    pretrain(PretrainConfig(epochs=15, eval_every=15), tmp_path, quiet=True)  # measured once, at the end: the same weights
     probe = LinearEvalConfig(epochs=50)
     trained, untrained = linear_eval(tmp_path, probe)["top1"], linear_eval(tmp_path, probe, random_init=True)["top1"]
     assert trained > untrained + 0.04, (trained, untrained)
@@ -168,13 +182,13 @@ def test_a_bad_option_in_a_real_process_is_a_sentence_and_exit_2(tmp_path):
 
 
 @pytest.mark.slow
-def test_corrupt_or_foreign_checkpoint_is_an_error_and_kept(tmp_path):
+def test_corrupt_or_foreign_checkpoint_is_an_error_and_kept(tmp_path, capsys):
     ckpt = tmp_path / "checkpoint.pt"
     ckpt.write_bytes(b"not a checkpoint")
-    out = cli("pretrain", "--out", str(tmp_path), *TINY, "--epochs", "1")
+    out = cli_here(capsys, "pretrain", "--out", str(tmp_path), *TINY, "--epochs", "1")
     assert out.returncode == 1 and "is not a readable checkpoint" in out.stderr and "Traceback" not in out.stderr
     assert ckpt.read_bytes() == b"not a checkpoint"
-    out = cli("linear-eval", str(tmp_path / "nothing-here"))
+    out = cli_here(capsys, "linear-eval", str(tmp_path / "nothing-here"))
     assert out.returncode == 1 and "pretrain into" in out.stderr
 
 
@@ -245,8 +259,8 @@ def test_align_swd_run_resumes_to_the_uninterrupted_numbers(tmp_path):
 
 
 @pytest.mark.slow
-def test_cli_trains_a_feature_loss(tmp_path):
-    out = cli("pretrain", *TINY, "--epochs", "1", "--loss", "align_swd", "--lam", "100", "--negatives", "batch",
+def test_cli_trains_a_feature_loss(tmp_path, capsys):
+    out = cli_here(capsys, "pretrain", *TINY, "--epochs", "1", "--loss", "align_swd", "--lam", "100", "--negatives", "batch",
               "--head", "mlp", "--out", str(tmp_path / "swd"))
     assert out.returncode == 0, out.stderr[-2000:]
     last = json.loads(out.stdout.splitlines()[-1])
@@ -255,7 +269,7 @@ def test_cli_trains_a_feature_loss(tmp_path):
 
 
 @pytest.mark.slow
-def test_simple_losses_default_to_eq7_lambda_and_train_the_studys_loss(tmp_path):
+def test_simple_losses_default_to_eq7_lambda_and_train_the_studys_loss(tmp_path, capsys):
     # [WL21] Eq 7: the τ → ∞ limit is the simple loss with λ = 1/K. Left unset, lam resolves to 1/K over the negatives
     # the loss sees (the bank's n_train − 1 other rows; HardSimple's ⌈αK⌉ kept ones), which is what the study passes
     torch.set_num_threads(1)
@@ -286,7 +300,7 @@ def test_simple_losses_default_to_eq7_lambda_and_train_the_studys_loss(tmp_path)
     with pytest.raises(CheckpointError, match="'lam': \\(1.0, None\\)"):
         load_checkpoint(tmp_path / "simple-other" / "checkpoint.pt", PretrainConfig(loss="simple", **tiny))
     assert load_checkpoint(tmp_path / "simple-other" / "checkpoint.pt", PretrainConfig(loss="simple", lam=1.0, **tiny))["epoch"] == 1
-    help_text = cli("pretrain", "--help").stdout
+    help_text = cli_here(capsys, "pretrain", "--help").stdout
     assert "1/K" in help_text and "Eq 7" in help_text
 
 
@@ -304,11 +318,11 @@ def test_bfloat16_bank_trains_close_to_float32(tmp_path, loss):
 
 
 @pytest.mark.slow
-def test_cli_bank_precision_option(tmp_path):
-    out = cli("pretrain", *TINY, "--epochs", "1", "--bank-precision", "bf16", "--out", str(tmp_path / "bf16"))
+def test_cli_bank_precision_option(tmp_path, capsys):
+    out = cli_here(capsys, "pretrain", *TINY, "--epochs", "1", "--bank-precision", "bf16", "--out", str(tmp_path / "bf16"))
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads((tmp_path / "bf16" / "config.json").read_text())["bank_precision"] == "bf16"
-    bad = cli("pretrain", *TINY, "--bank-precision", "fp16", "--out", str(tmp_path / "bad"))
+    bad = cli_here(capsys, "pretrain", *TINY, "--bank-precision", "fp16", "--out", str(tmp_path / "bad"))
     assert bad.returncode != 0 and "bank-precision" in bad.stderr
 
 

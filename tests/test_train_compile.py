@@ -4,6 +4,7 @@ constant. Counted on the CPU with TorchDynamo and a backend that records each gr
 graphs run as captured), which is where recompilations are decided whatever the backend."""
 from __future__ import annotations
 
+import functools
 import tempfile
 from pathlib import Path
 
@@ -58,9 +59,15 @@ def _steps(lrs: list[float], as_tensor: bool, compiled: bool) -> tuple[list[int]
 LRS = [0.03, 0.03, 0.03, 0.003, 0.003, 0.0003]
 
 
+@functools.cache
+def _steps_once(lrs: tuple[float, ...], as_tensor: bool, compiled: bool) -> tuple[list[int], torch.nn.Module]:
+    "`_steps`, computed once per module for the tests that read the same steps (the compiled ones cost seconds of tracing); never changed by them."
+    return _steps(list(lrs), as_tensor, compiled)
+
+
 def test_a_tensor_learning_rate_is_not_a_recompilation():
     floats, _ = _steps(LRS, as_tensor=False, compiled=True)
-    tensors, _ = _steps(LRS, as_tensor=True, compiled=True)
+    tensors, _ = _steps_once(tuple(LRS), as_tensor=True, compiled=True)
     # a float learning rate is a constant of the graph: its first change compiles the step again
     assert floats[3] > floats[2], floats
     # as a tensor, nothing is compiled after the second step (the first creates the momentum buffers, a new state)
@@ -117,6 +124,6 @@ def test_pretrain_compiles_the_step_once_across_a_learning_rate_drop(tmp_path, m
 
 def test_compiled_with_a_tensor_learning_rate_steps_as_eager():
     _, eager = _steps(LRS, as_tensor=False, compiled=False)
-    _, compiled = _steps(LRS, as_tensor=True, compiled=True)
+    _, compiled = _steps_once(tuple(LRS), as_tensor=True, compiled=True)  # the run the recompilation test counted
     for (name, p), q in zip(eager.named_parameters(), compiled.parameters()):
         torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6, msg=name)

@@ -55,45 +55,58 @@ CASES = (("2d", (12, 5, 3, 3), torch.nn.BatchNorm2d), ("1d", (12, 7), torch.nn.B
          ("2d native", (12, 5, 3, 3), torch.nn.BatchNorm2d))
 
 
-def _bn_worker(rank: int, port: int, out: Path) -> None:
+@pytest.fixture(scope="module")
+def two_gloo_processes(tmp_path_factory) -> Path:
+    """One pair of spawned gloo processes for the two tests below (each spawned process costs ~5 CPU-s of imports before
+    its work): the host-sync steps first, in processes that have computed nothing yet, then the batch norms."""
+    out = tmp_path_factory.mktemp("two_gloo_processes")
+    _spawn(_sync_and_bn_worker, out)
+    return out
+
+
+def _sync_and_bn_worker(rank: int, port: int, out: Path) -> None:
     _join(rank, port)
     try:
-        results = {}
-        for name, shape, make in CASES:
-            with contextlib.ExitStack() as native:
-                if name == "2d native":  # the CUDA path, its five kernels stood in for by the CPU's mirrors, and counted
-                    from test_global_batchnorm import _CountOps, native_kernels_on_cpu
-                    native.enter_context(native_kernels_on_cpu())
-                    ops = native.enter_context(_CountOps())
-                g = torch.Generator().manual_seed(0)
-                x_all = torch.randn(shape, generator=g) * 3 + 2      # the global batch; each process holds half of it
-                weights = torch.randn(shape, generator=g)            # the loss Σ weights·y, over the whole batch
-                part = slice(rank * shape[0] // 2, (rank + 1) * shape[0] // 2)
-                local = make(shape[1])
-                with torch.no_grad(): local.weight.uniform_(0.5, 1.5, generator=g); local.bias.uniform_(-1, 1, generator=g)
-                bn = global_batchnorm(local)
-                assert isinstance(bn, GlobalBatchNorm)
-                x = x_all[part].clone().requires_grad_()
-                y = bn(x)
-                (weights[part] * y).sum().backward()
-                for p in (bn.weight, bn.bias): dist.all_reduce(p.grad)  # the gradient of the global loss, as DDP sums it (before its mean)
-                results[name] = dict(y=y.detach(), x_grad=x.grad, w_grad=bn.weight.grad, b_grad=bn.bias.grad,
-                                     running_mean=bn.running_mean.clone(), running_var=bn.running_var.clone())
-                bn.eval()  # evaluation mode: the running statistics, no collective
-                results[name]["eval"] = bn(x.detach())
-                if name == "2d native": results[name]["kernel calls"] = ops.ops["aten.batch_norm_stats"] + ops.ops["aten.batch_norm_backward_elemt"]
-        # compile under torchrun is refused before anything is loaded or written
-        for compile in (True, "step"):
-            try: pretrain(PretrainConfig(compile=compile, device="cpu"), out / f"compiled-{rank}", quiet=True)
-            except ValueError as e: results[f"compile {compile}"] = str(e)
-        results["compile folder"] = (out / f"compiled-{rank}").exists()
-        torch.save(results, out / f"bn-{rank}.pt")
+        _sync_work(rank, out)
+        _bn_work(rank, out)
     finally: dist.destroy_process_group()
 
 
-def test_global_batchnorm_equals_one_batchnorm_over_the_concatenated_batch(tmp_path):
-    _spawn(_bn_worker, tmp_path)
-    ranks = [torch.load(tmp_path / f"bn-{r}.pt") for r in (0, 1)]
+def _bn_work(rank: int, out: Path) -> None:
+    results = {}
+    for name, shape, make in CASES:
+        with contextlib.ExitStack() as native:
+            if name == "2d native":  # the CUDA path, its five kernels stood in for by the CPU's mirrors, and counted
+                from test_global_batchnorm import _CountOps, native_kernels_on_cpu
+                native.enter_context(native_kernels_on_cpu())
+                ops = native.enter_context(_CountOps())
+            g = torch.Generator().manual_seed(0)
+            x_all = torch.randn(shape, generator=g) * 3 + 2      # the global batch; each process holds half of it
+            weights = torch.randn(shape, generator=g)            # the loss Σ weights·y, over the whole batch
+            part = slice(rank * shape[0] // 2, (rank + 1) * shape[0] // 2)
+            local = make(shape[1])
+            with torch.no_grad(): local.weight.uniform_(0.5, 1.5, generator=g); local.bias.uniform_(-1, 1, generator=g)
+            bn = global_batchnorm(local)
+            assert isinstance(bn, GlobalBatchNorm)
+            x = x_all[part].clone().requires_grad_()
+            y = bn(x)
+            (weights[part] * y).sum().backward()
+            for p in (bn.weight, bn.bias): dist.all_reduce(p.grad)  # the gradient of the global loss, as DDP sums it (before its mean)
+            results[name] = dict(y=y.detach(), x_grad=x.grad, w_grad=bn.weight.grad, b_grad=bn.bias.grad,
+                                 running_mean=bn.running_mean.clone(), running_var=bn.running_var.clone())
+            bn.eval()  # evaluation mode: the running statistics, no collective
+            results[name]["eval"] = bn(x.detach())
+            if name == "2d native": results[name]["kernel calls"] = ops.ops["aten.batch_norm_stats"] + ops.ops["aten.batch_norm_backward_elemt"]
+    # compile under torchrun is refused before anything is loaded or written
+    for compile in (True, "step"):
+        try: pretrain(PretrainConfig(compile=compile, device="cpu"), out / f"compiled-{rank}", quiet=True)
+        except ValueError as e: results[f"compile {compile}"] = str(e)
+    results["compile folder"] = (out / f"compiled-{rank}").exists()
+    torch.save(results, out / f"bn-{rank}.pt")
+
+
+def test_global_batchnorm_equals_one_batchnorm_over_the_concatenated_batch(two_gloo_processes):
+    ranks = [torch.load(two_gloo_processes / f"bn-{r}.pt") for r in (0, 1)]
     assert all(r["2d native"]["kernel calls"] == 2 for r in ranks)  # the CUDA path ran: one stats and one backward kernel
     for name, shape, make in CASES:
         g = torch.Generator().manual_seed(0)
@@ -134,41 +147,37 @@ def test_one_process_keeps_the_ordinary_batchnorm():
 
 # ---------------------------------------------------------------- no host sync per step with the paper presets' network
 
-def _sync_worker(rank: int, port: int, out: Path) -> None:
-    _join(rank, port)
-    try:
-        # the cifar10-paper preset's network and step (ResNet18, bf16 autocast, the memory bank), at 16 pixels to stay fast
-        config = PretrainConfig(dataset="cifar10", backbone="resnet18", precision="bf16", negatives="bank", batch_size=8,
-                                image_size=16, device="cpu")
-        device = torch.device("cpu")
-        model = build_model(config, 3, device)
-        net = distributed_net(model, device)
-        n_bn = sum(isinstance(m, GlobalBatchNorm) for m in model.modules())
-        images = torch.randint(0, 256, (32, 3, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
-        optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
-        bank = MemoryBank(len(images), config.out_dim, generator=torch.Generator().manual_seed(1))
-        params = config.loss_params(negatives_seen(config, len(images)))
-        augment, g = TwoViewAugment("cifar10", size=16), torch.Generator().manual_seed(0)
-        order = torch.randperm(len(images), generator=g)
-        counts, losses = [], []
-        part = slice(rank * 4, (rank + 1) * 4)
-        for k in range(4):
-            with value_checks(False), count_host_syncs(trace=True) as syncs:
-                idx = order[k * 8:(k + 1) * 8]
-                aug, draws = view_draws(augment, images[idx], g, 1)
-                losses.append(training_step(TrainState(config, model, optimizer, bank, g, params, net=net), images[idx], idx, aug, draws, part))
-            counts.append((syncs.total, dict(syncs.ops), syncs.where[:5]))
-        with count_host_syncs() as control:  # the counter is live in this process: a boolean mask is seen
-            x = torch.randn(5)
-            x[x > 0]
-        torch.save(dict(counts=counts, n_bn=n_bn, control=control.total, losses=torch.stack(losses),
-                        bank=bank.features.clone(), weight=model.head.weight.detach().clone()), out / f"sync-{rank}.pt")
-    finally: dist.destroy_process_group()
+def _sync_work(rank: int, out: Path) -> None:
+    # the cifar10-paper preset's network and step (ResNet18, bf16 autocast, the memory bank), at 16 pixels to stay fast
+    config = PretrainConfig(dataset="cifar10", backbone="resnet18", precision="bf16", negatives="bank", batch_size=8,
+                            image_size=16, device="cpu")
+    device = torch.device("cpu")
+    model = build_model(config, 3, device)
+    net = distributed_net(model, device)
+    n_bn = sum(isinstance(m, GlobalBatchNorm) for m in model.modules())
+    images = torch.randint(0, 256, (32, 3, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
+    bank = MemoryBank(len(images), config.out_dim, generator=torch.Generator().manual_seed(1))
+    params = config.loss_params(negatives_seen(config, len(images)))
+    augment, g = TwoViewAugment("cifar10", size=16), torch.Generator().manual_seed(0)
+    order = torch.randperm(len(images), generator=g)
+    counts, losses = [], []
+    part = slice(rank * 4, (rank + 1) * 4)
+    for k in range(4):
+        with value_checks(False), count_host_syncs(trace=True) as syncs:
+            idx = order[k * 8:(k + 1) * 8]
+            aug, draws = view_draws(augment, images[idx], g, 1)
+            losses.append(training_step(TrainState(config, model, optimizer, bank, g, params, net=net), images[idx], idx, aug, draws, part))
+        counts.append((syncs.total, dict(syncs.ops), syncs.where[:5]))
+    with count_host_syncs() as control:  # the counter is live in this process: a boolean mask is seen
+        x = torch.randn(5)
+        x[x > 0]
+    torch.save(dict(counts=counts, n_bn=n_bn, control=control.total, losses=torch.stack(losses),
+                    bank=bank.features.clone(), weight=model.head.weight.detach().clone()), out / f"sync-{rank}.pt")
 
 
-def test_two_processes_step_without_a_host_sync(tmp_path):
-    _spawn(_sync_worker, tmp_path)
-    ranks = [torch.load(tmp_path / f"sync-{r}.pt") for r in (0, 1)]
+def test_two_processes_step_without_a_host_sync(two_gloo_processes):
+    ranks = [torch.load(two_gloo_processes / f"sync-{r}.pt") for r in (0, 1)]
     for r in ranks:
         assert r["n_bn"] == 20  # ResNet18's 20 batch norms, every one synchronised over the processes
         # the first step makes the augmentation's constant tensors once per process (two host-to-device copies on CUDA);
@@ -192,11 +201,11 @@ def _alone(rank: int, port: int, timeout: str) -> dict:
 def test_a_missing_peer_times_out_in_a_sentence(tmp_path, rank):
     start = time.monotonic()
     run = subprocess.run([sys.executable, "-m", "ctl_explore.cli", "pretrain", "--out", str(tmp_path / "run"), *TINY],
-                         env=_alone(rank, free_port(), "3"), capture_output=True, text=True, timeout=120)
+                         env=_alone(rank, free_port(), "1"), capture_output=True, text=True, timeout=120)
     assert run.returncode == 1, run.stderr[-2000:]
     last = run.stderr.strip().splitlines()[-1]
     assert last.startswith("ctl-explore: error: process") and "could not form the torchrun group" in last, run.stderr[-2000:]
-    assert "within 3 s" in last and DIST_TIMEOUT_ENV in last and "Traceback" not in run.stderr
+    assert "within 1 s" in last and DIST_TIMEOUT_ENV in last and "Traceback" not in run.stderr
     assert run.stderr.strip().splitlines() == [last], run.stderr[:2000]  # the sentence alone: no c10d log lines, no C++ frames
     assert time.monotonic() - start < 60
     assert not (tmp_path / "run").exists()
@@ -223,10 +232,15 @@ def test_a_rank_outside_the_world_is_refused_before_anything_starts(tmp_path, mo
     assert check_ranks() == (1, 2)
 
 
-def test_a_bad_timeout_is_named():
-    run = subprocess.run([sys.executable, "-m", "ctl_explore.cli", "pretrain", "--out", "unused", *TINY],
-                         env=_alone(0, free_port(), "soon"), capture_output=True, text=True, timeout=120)
-    assert run.returncode == 2 and f"the environment variable {DIST_TIMEOUT_ENV} must be a number of seconds" in run.stderr
+def test_a_bad_timeout_is_named(tmp_path, monkeypatch, capsys):
+    "In-process (the command's own `main`): the timeout is read before any group is joined, so nothing starts here."
+    from ctl_explore.cli import main
+    monkeypatch.chdir(tmp_path)
+    for k, v in _alone(0, free_port(), "soon").items():
+        if os.environ.get(k) != v: monkeypatch.setenv(k, v)
+    with pytest.raises(SystemExit) as run: main(["pretrain", "--out", "unused", *TINY])
+    assert run.value.code == 2 and f"the environment variable {DIST_TIMEOUT_ENV} must be a number of seconds" in capsys.readouterr().err
+    assert not dist.is_initialized() and not (tmp_path / "unused").exists()
 
 
 def test_ctrl_c_stops_the_wait_for_a_missing_peer(tmp_path):
@@ -241,8 +255,8 @@ def test_ctrl_c_stops_the_wait_for_a_missing_peer(tmp_path):
             with socket.socket() as s:
                 if s.connect_ex(("127.0.0.1", port)) == 0: break
             assert time.monotonic() < deadline
-            time.sleep(0.2)
-        time.sleep(0.5)
+            time.sleep(0.05)
+        time.sleep(0.2)
         sent = time.monotonic()
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
@@ -294,32 +308,40 @@ def test_a_failing_or_silent_rank_cannot_hang_its_peer(tmp_path, fail):
         assert "timed out" in last.lower() or "timeout" in last.lower()  # gloo says "Timed out waiting" or "Application timeout"
 
 
-PER_PROCESS_BN = """
-import sys
+GLOBAL_THEN_PER_PROCESS_BN = """
+import os, sys
 from ctl_explore import distributed
 from ctl_explore.cli import main
-distributed.global_batchnorm = lambda module: module  # the control: each process normalises with its own half of the batch
-sys.exit(main(sys.argv[1:]))
+global_out, per_process_out, control_port, *args = sys.argv[1:]
+if main([*args, "--out", global_out]) != 0: sys.exit(1)  # joins torchrun's group, trains, and leaves the group
+# the control in the same two processes, which pretrain makes a group of again: at another port, where process 0 hosts its store
+os.environ.update(MASTER_PORT=control_port, TORCHELASTIC_USE_AGENT_STORE="False")  # torchrun's agent serves the first port only
+distributed.global_batchnorm = lambda module: module  # each process normalises with its own half of the batch
+sys.exit(main([*args, "--out", per_process_out]))
 """
 
 
-def test_two_processes_with_batch_norm_train_as_one(tmp_path):
+def test_two_processes_with_batch_norm_train_as_one(tmp_path, capsys):
     # the whole command under torchrun with norm="batch" (GlobalBatchNorm in each process) against one process, at batch 512:
     # the epoch's 2 steps. Exact equality of the weights is out of reach in float32: the ConvNet's max-pooling flips near-ties
     # on last-bit differences of the statistics (measured at batch 64: weights 1e-7 apart after 2 steps, 1e-3 after the
     # 3rd; with average pooling in its place, 3e-7 after 8), and ResNet18's float32 gradients at initialisation are only
     # 10% accurate in their worst parameter against float64, nn.BatchNorm's as much as GlobalBatchNorm's. So the test
     # compares the loss and the weights with tolerances that the control, batch norm per process, fails.
+    # The one process is this one (one thread, as in torchrun's workers: OMP_NUM_THREADS=1 there, pretrain's threads_for
+    # here); the GlobalBatchNorm run and the control run one after the other in the same two torchrun workers (each new
+    # process costs ~5 CPU-s of imports before its first step), each joining its group through pretrain.
+    from ctl_explore.cli import main
     args = ["pretrain", *TINY, "--epochs", "1", "--batch-size", "512"]
     runs = {name: tmp_path / name for name in ("one", "global", "per_process")}
-    assert subprocess.run([sys.executable, "-m", "ctl_explore.cli", *args, "--out", str(runs["one"])], env=ENV, capture_output=True,
-                          timeout=600).returncode == 0
-    control = tmp_path / "per_process_bn.py"
-    control.write_text(PER_PROCESS_BN)
-    for name, target in (("global", ["-m", "ctl_explore.cli"]), ("per_process", [str(control)])):
-        run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", *target, *args,
-                              "--out", str(runs[name])], env=ENV, capture_output=True, text=True, timeout=600)
-        assert run.returncode == 0, run.stderr[-3000:]
+    assert main([*args, "--out", str(runs["one"])]) == 0
+    capsys.readouterr()
+    script = tmp_path / "global_then_per_process_bn.py"
+    script.write_text(GLOBAL_THEN_PER_PROCESS_BN)
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", str(script),
+                          str(runs["global"]), str(runs["per_process"]), str(free_port()), *args], env=ENV, capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
     from ctl_explore.train import load_checkpoint
     one, glob, per = (load_checkpoint(runs[n] / "checkpoint.pt") for n in ("one", "global", "per_process"))
     def gaps(other):
