@@ -373,6 +373,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                        'ctl_explore.exercises._unanswered': ('exercises.html#_unanswered', 'ctl_explore/exercises.py'),
                                        'ctl_explore.exercises._unit_pair': ('exercises.html#_unit_pair', 'ctl_explore/exercises.py'),
                                        'ctl_explore.exercises._whole': ('exercises.html#_whole', 'ctl_explore/exercises.py'),
+                                       'ctl_explore.exercises._without_main': ('exercises.html#_without_main', 'ctl_explore/exercises.py'),
                                        'ctl_explore.exercises._work_of': ('exercises.html#_work_of', 'ctl_explore/exercises.py'),
                                        'ctl_explore.exercises.answer_numbers': ( 'exercises.html#answer_numbers',
                                                                                  'ctl_explore/exercises.py'),

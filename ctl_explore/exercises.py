@@ -303,6 +303,18 @@ def _child_entry(module: str, func: str, folder: str) -> None:
     sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr  # kept, as in a new process
     getattr(importlib.import_module(module), func)()
 
+_CHECK_PROCESS = "ctl-explore-check"  # the name of a check's child process
+
+def _without_main(get):
+    "multiprocessing's preparation data, without the parent's main script for a check's child: it needs this module only, and a script without a main guard must not run again in it."
+    def prepared(name):
+        data = get(name)
+        if name == _CHECK_PROCESS:
+            for key in ("init_main_from_path", "init_main_from_name"): data.pop(key, None)
+        return data
+    prepared._ctl_without_main = True
+    return prepared
+
 def _in_child(module: str, func: str, data: bytes, timeout: float) -> tuple[int, bytes, bytes]:
     """Run `module.func()` in a fresh child process, `data` on its stdin, in an empty working folder: (exit status, stdout,
     stderr); `subprocess.TimeoutExpired` past `timeout` s (the child killed). Where the platform has it, the child is
@@ -318,9 +330,12 @@ def _in_child(module: str, func: str, data: bytes, timeout: float) -> tuple[int,
                                   capture_output=True, cwd=Path(folder) / "cwd", env=env, timeout=timeout)
             return done.returncode, done.stdout, done.stderr
         (Path(folder) / "in").write_bytes(data)
+        import multiprocessing.spawn as mp_spawn
+        if not getattr(mp_spawn.get_preparation_data, "_ctl_without_main", False):
+            mp_spawn.get_preparation_data = _without_main(mp_spawn.get_preparation_data)
         ctx = mp.get_context("forkserver")
         ctx.set_forkserver_preload(["ctl_explore.exercises"])
-        child = ctx.Process(target=_child_entry, args=(module, func, folder))
+        child = ctx.Process(target=_child_entry, args=(module, func, folder), name=_CHECK_PROCESS)
         child.start()
         child.join(timeout)
         if child.exitcode is None:

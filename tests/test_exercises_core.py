@@ -454,6 +454,19 @@ def test_each_check_runs_in_a_new_process_that_a_loop_or_a_crash_cannot_hold():
     assert ex.isolated("after them", (_mark_and_report,), [(0, ())])["results"][0][0] is None
 
 
+@pytest.mark.slow
+def test_a_script_without_a_main_guard_runs_once_when_it_checks(tmp_path):
+    "The check's process does not run the script that asked for the check again (as multiprocessing's children would)."
+    import subprocess
+    script = tmp_path / "answers.py"
+    script.write_text("import ctl_explore.exercises as ex\nopen('ran.txt', 'a').write('ran\\n')\n"
+                      "def f(): return 41 + 1\nprint(ex.isolated('f', (f,), [(0, ())])['results'])\n")
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0 and done.stdout.strip() == "[42]", done.stderr[-2000:]
+    assert (tmp_path / "ran.txt").read_text() == "ran\n"
+
+
 # ================================================================ what a student sees: GitHub's view of the lessons
 
 ANSWERS = ["1 / k", "k / ((k + 1)", "round(alpha *", "m / (1 - m)", "v / (2 * tau", "2 / 255 / math.log(2)", "(0.25, 64)", "1 / 144",
