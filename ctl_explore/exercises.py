@@ -321,6 +321,7 @@ def _in_child(module: str, func: str, data: bytes, timeout: float) -> tuple[int,
     forked from a server process that has imported this module (and torch) once, so that a check's child starts in a
     fraction of a second instead of importing torch again; it is a new process each time all the same. Elsewhere, or with
     CTL_CHECK_SUBPROCESS=1 in the environment, a new Python process."""
+    import importlib
     import multiprocessing as mp
     with tempfile.TemporaryDirectory(prefix="ctl-check-") as folder:
         (Path(folder) / "cwd").mkdir()
@@ -335,7 +336,8 @@ def _in_child(module: str, func: str, data: bytes, timeout: float) -> tuple[int,
             mp_spawn.get_preparation_data = _without_main(mp_spawn.get_preparation_data)
         ctx = mp.get_context("forkserver")
         ctx.set_forkserver_preload(["ctl_explore.exercises"])
-        child = ctx.Process(target=_child_entry, args=(module, func, folder), name=_CHECK_PROCESS)
+        entry = importlib.import_module("ctl_explore.exercises")._child_entry  # the module's, even where this cell ran in a notebook
+        child = ctx.Process(target=entry, args=(module, func, folder), name=_CHECK_PROCESS)
         child.start()
         child.join(timeout)
         if child.exitcode is None:
@@ -354,12 +356,12 @@ def isolated(name: str, answer, cases, *, modules=(), ban_ops=(), count=(), runn
     finally:
         for m in mods: cloudpickle.unregister_pickle_by_value(m)
     head = pickle.dumps(dict(modules=list(modules), ban_ops=list(ban_ops), count=list(count)))
-    try: _, stdout, stderr = _in_child("ctl_explore.exercises", "_child_main", f"{len(head)}\n".encode() + head + body, timeout or CHILD_TIMEOUT)
+    try: status, stdout, stderr = _in_child("ctl_explore.exercises", "_child_main", f"{len(head)}\n".encode() + head + body, timeout or CHILD_TIMEOUT)
     except subprocess.TimeoutExpired:
         raise AssertionError(f"{name} ran past {timeout or CHILD_TIMEOUT} s on the check's inputs: does it loop?") from None
     try: report = pickle.loads(stdout)
     except Exception:
-        tail = stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no message"]
+        tail = stderr.decode(errors="replace").strip().splitlines()[-1:] or [f"no message; exit status {status}"]
         raise AssertionError(f"{name} crashed the process that checks it ({tail[0]})") from None
     if report["used"]:
         raise AssertionError(f"{name} uses the library ({', '.join(report['used'])}): the exercise asks you to compute it yourself, "
