@@ -290,6 +290,62 @@ def dumps(obj) -> bytes:
 
 CHILD_TIMEOUT = 300  # seconds for one answer's run in its child process (torch's import included, on a busy machine)
 
+def _child_entry(module: str, func: str, folder: str) -> None:
+    "In a child forked from the preloaded server: stdin, stdout and stderr are `folder`'s files, the working folder its `cwd`; run `module.func()`."
+    import importlib
+    folder = Path(folder)
+    os.chdir(folder / "cwd")
+    for fd, name, flags in ((0, "in", os.O_RDONLY), (1, "out", os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+                            (2, "err", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)):
+        new = os.open(folder / name, flags, 0o600)
+        os.dup2(new, fd); os.close(new)
+    sys.stdin, sys.stdout, sys.stderr = open(0, "r", closefd=False), open(1, "w", closefd=False), open(2, "w", closefd=False)
+    sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr  # kept, as in a new process
+    getattr(importlib.import_module(module), func)()
+
+_CHECK_PROCESS = "ctl-explore-check"  # the name of a check's child process
+
+def _without_main(get):
+    "multiprocessing's preparation data, without the parent's main script for a check's child: it needs this module only, and a script without a main guard must not run again in it."
+    def prepared(name):
+        data = get(name)
+        if name == _CHECK_PROCESS:
+            for key in ("init_main_from_path", "init_main_from_name"): data.pop(key, None)
+        return data
+    prepared._ctl_without_main = True
+    return prepared
+
+def _in_child(module: str, func: str, data: bytes, timeout: float) -> tuple[int, bytes, bytes]:
+    """Run `module.func()` in a fresh child process, `data` on its stdin, in an empty working folder: (exit status, stdout,
+    stderr); `subprocess.TimeoutExpired` past `timeout` s (the child killed). Where the platform has it, the child is
+    forked from a server process that has imported this module (and torch) once, so that a check's child starts in a
+    fraction of a second instead of importing torch again; it is a new process each time all the same. Elsewhere, or with
+    CTL_CHECK_SUBPROCESS=1 in the environment, a new Python process."""
+    import importlib
+    import multiprocessing as mp
+    with tempfile.TemporaryDirectory(prefix="ctl-check-") as folder:
+        (Path(folder) / "cwd").mkdir()
+        if "forkserver" not in mp.get_all_start_methods() or os.environ.get("CTL_CHECK_SUBPROCESS") == "1":
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(LIBRARY_DIR.parent), os.environ.get("PYTHONPATH", "")]))
+            done = subprocess.run([sys.executable, "-c", f"from {module} import {func}; {func}()"], input=data,
+                                  capture_output=True, cwd=Path(folder) / "cwd", env=env, timeout=timeout)
+            return done.returncode, done.stdout, done.stderr
+        (Path(folder) / "in").write_bytes(data)
+        import multiprocessing.spawn as mp_spawn
+        if not getattr(mp_spawn.get_preparation_data, "_ctl_without_main", False):
+            mp_spawn.get_preparation_data = _without_main(mp_spawn.get_preparation_data)
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(["ctl_explore.exercises"])
+        entry = importlib.import_module("ctl_explore.exercises")._child_entry  # the module's, even where this cell ran in a notebook
+        child = ctx.Process(target=entry, args=(module, func, folder), name=_CHECK_PROCESS)
+        child.start()
+        child.join(timeout)
+        if child.exitcode is None:
+            child.kill(); child.join()
+            raise subprocess.TimeoutExpired(f"{module}.{func}", timeout)
+        read = lambda name: (Path(folder) / name).read_bytes() if (Path(folder) / name).exists() else b""
+        return child.exitcode, read("out"), read("err")
+
 def isolated(name: str, answer, cases, *, modules=(), ban_ops=(), count=(), runner=call_each, timeout: float | None = None) -> dict:
     "Run `runner(answer, cases)` in a child process with the library's `modules` and torch's `ban_ops` as tripwires; refuse their use."
     mods = _by_value(answer)
@@ -300,17 +356,12 @@ def isolated(name: str, answer, cases, *, modules=(), ban_ops=(), count=(), runn
     finally:
         for m in mods: cloudpickle.unregister_pickle_by_value(m)
     head = pickle.dumps(dict(modules=list(modules), ban_ops=list(ban_ops), count=list(count)))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(LIBRARY_DIR.parent), os.environ.get("PYTHONPATH", "")]))
-    with tempfile.TemporaryDirectory() as cwd:
-        try:
-            done = subprocess.run([sys.executable, "-c", "from ctl_explore.exercises import _child_main; _child_main()"],
-                                  input=f"{len(head)}\n".encode() + head + body, capture_output=True, cwd=cwd, env=env,
-                                  timeout=timeout or CHILD_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"{name} ran past {timeout or CHILD_TIMEOUT} s on the check's inputs: does it loop?") from None
-    try: report = pickle.loads(done.stdout)
+    try: status, stdout, stderr = _in_child("ctl_explore.exercises", "_child_main", f"{len(head)}\n".encode() + head + body, timeout or CHILD_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"{name} ran past {timeout or CHILD_TIMEOUT} s on the check's inputs: does it loop?") from None
+    try: report = pickle.loads(stdout)
     except Exception:
-        tail = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no message"]
+        tail = stderr.decode(errors="replace").strip().splitlines()[-1:] or [f"no message; exit status {status}"]
         raise AssertionError(f"{name} crashed the process that checks it ({tail[0]})") from None
     if report["used"]:
         raise AssertionError(f"{name} uses the library ({', '.join(report['used'])}): the exercise asks you to compute it yourself, "

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import cloudpickle
 
-from .exercises import EXERCISES, exercises_of
+from .exercises import EXERCISES, _in_child, exercises_of
 
 # %% auto #0
 __all__ = ['ROW_FIELDS', 'SENTINEL', 'lessons_of', 'grade_notebook', 'submissions', 'grade', 'answer_key', 'add_commands',
@@ -112,17 +112,15 @@ def _grade_in_child(lesson: str, answers: Path, time_limit: float) -> list[dict]
     n = len(exercises_of(lesson))
     missing = lambda why: [dict(exercise=e.key, status="error", reason=why, prediction=None, came_true=None) for e in exercises_of(lesson)]
     if not answers.exists(): return missing("the notebook did not get to its end, so its answers could not be read")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]))
-    with tempfile.TemporaryDirectory() as cwd:
-        try:
-            done = subprocess.run([sys.executable, "-c", "from ctl_explore.grading import _grade_child; _grade_child()"],
-                                  input=json.dumps(dict(lesson=lesson, answers=str(answers), time_limit=time_limit)).encode(),
-                                  capture_output=True, cwd=cwd, env=env, timeout=(time_limit + 300) * (n + 1) + 120)
-        except subprocess.TimeoutExpired:
-            return missing("the grading of this lesson ran past its time limit")
-    try: return json.loads(done.stdout.decode().strip().splitlines()[-1])
+    try:  # a new process (forked from one that has imported torch once, where the platform allows: see `_in_child`)
+        _, stdout, stderr = _in_child("ctl_explore.grading", "_grade_child",
+                                      json.dumps(dict(lesson=lesson, answers=str(answers), time_limit=time_limit)).encode(),
+                                      (time_limit + 300) * (n + 1) + 120)
+    except subprocess.TimeoutExpired:
+        return missing("the grading of this lesson ran past its time limit")
+    try: return json.loads(stdout.decode().strip().splitlines()[-1])
     except Exception:
-        return missing(f"the grading process failed ({(done.stderr.decode(errors='replace').strip().splitlines() or ['no message'])[-1]})")
+        return missing(f"the grading process failed ({(stderr.decode(errors='replace').strip().splitlines() or ['no message'])[-1]})")
 
 def _grade_child() -> None:
     "In the grading process: unpickle each answer (one that cannot be loaded counts as missing), run the checks, print the rows."

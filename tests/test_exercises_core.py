@@ -422,6 +422,51 @@ def test_a_right_function_passes_in_the_child(capsys):
     assert "Right." in capsys.readouterr().out
 
 
+def _mark_and_report():
+    import os
+    import ctl_explore.exercises as e
+    seen = getattr(e, "_left_by_an_answer", None)
+    e._left_by_an_answer = os.getpid()
+    print("an answer's own print")  # goes to the child's stderr, not into its report
+    return seen, os.getpid(), os.listdir()
+
+def _loop():
+    import time
+    while True: time.sleep(0.05)
+
+def _crash():
+    import os
+    os._exit(3)
+
+
+@pytest.mark.slow
+def test_each_check_runs_in_a_new_process_that_a_loop_or_a_crash_cannot_hold():
+    "Checked twice, an answer finds nothing the first run left (a new process each time, in an empty folder); a loop is stopped at the limit, a crash said."
+    import os
+    first = ex.isolated("first", (_mark_and_report,), [(0, ())])["results"][0]
+    second = ex.isolated("second", (_mark_and_report,), [(0, ())])["results"][0]
+    assert first[0] is None and second[0] is None, (first, second)
+    assert len({first[1], second[1], os.getpid()}) == 3 and first[2] == second[2] == []
+    with pytest.raises(AssertionError, match=r"looper ran past 2 s on the check's inputs: does it loop\?"):
+        ex.isolated("looper", (_loop,), [(0, ())], timeout=2)
+    with pytest.raises(AssertionError, match="crasher crashed the process that checks it"):
+        ex.isolated("crasher", (_crash,), [(0, ())])
+    assert ex.isolated("after them", (_mark_and_report,), [(0, ())])["results"][0][0] is None
+
+
+@pytest.mark.slow
+def test_a_script_without_a_main_guard_runs_once_when_it_checks(tmp_path):
+    "The check's process does not run the script that asked for the check again (as multiprocessing's children would)."
+    import subprocess
+    script = tmp_path / "answers.py"
+    script.write_text("import ctl_explore.exercises as ex\nopen('ran.txt', 'a').write('ran\\n')\n"
+                      "def f(): return 41 + 1\nprint(ex.isolated('f', (f,), [(0, ())])['results'])\n")
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0 and done.stdout.strip() == "[42]", done.stderr[-2000:]
+    assert (tmp_path / "ran.txt").read_text() == "ran\n"
+
+
 # ================================================================ what a student sees: GitHub's view of the lessons
 
 ANSWERS = ["1 / k", "k / ((k + 1)", "round(alpha *", "m / (1 - m)", "v / (2 * tau", "2 / 255 / math.log(2)", "(0.25, 64)", "1 / 144",

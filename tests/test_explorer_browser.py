@@ -35,7 +35,9 @@ REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = "nbs/02_explorer.ipynb"
 # The latency is written only when a benchmark asks for it (benchmarks/bench_explorer_browser.py sets CTL_BENCH_OUT)
 BENCH_OUT = os.environ.get("CTL_BENCH_OUT")
-LATENCY_PRESSES = 20
+# Presses timed: 20 for the benchmark; 8 in the test, whose checks (one redraw per press, of the four figures; a loose
+# ceiling on the median) hold the same on fewer presses, each of which costs a redraw and a 150 ms watch for a second one
+LATENCY_PRESSES = 20 if BENCH_OUT else 8
 # A loose ceiling on the median key-press-to-redraw time, to catch a redraw path gone badly wrong on a busy machine;
 # the 100 ms goal is the benchmark's (benchmarks/bench_explorer_browser.py --lab), measured with the load it ran under.
 SANITY_CEILING_MS = 1500
@@ -241,7 +243,7 @@ def test_explorer_in_browser(lab, browser):
         while time.monotonic() < deadline:
             state = page.evaluate(RUN_STATE)
             if state["errors"] or (state["ran"] == state["total"] and not state["busy"] and state["status"] == "idle"): break
-            time.sleep(0.5)
+            time.sleep(0.2)
         assert state is not None and not state["errors"], f"cells show errors: {state['errors']}"
         assert state["ran"] == state["total"], f"only {state['ran']} of {state['total']} code cells ran within {RUN_ALL_TIMEOUT_S} s"
 

@@ -51,6 +51,21 @@ def _open(browser, path, size: str, hash: str = ""):
     return context, page
 
 
+@pytest.fixture(scope="module")
+def explorables_at(site, browser):
+    """explorables.html opened once per screen size for the tests that only read it or scroll it (each load is seconds
+    of plotly and MathJax): `explorables_at(size)` -> page. The tests that change the explorer's state open their own."""
+    out, _, _ = site
+    opened = {}
+
+    def page_at(size: str):
+        if size not in opened: opened[size] = _open(browser, out / "explorables.html", size)
+        return opened[size][1]
+    yield page_at
+    for context, _ in opened.values():
+        context.close()
+
+
 def _wait_update(page, before: int):
     page.wait_for_function(f"() => (document.querySelector(\"{EXPLORER}\").ctlState.updates || 0) > {before}", timeout=60_000)
 
@@ -60,66 +75,60 @@ def _updates(page) -> int:
 
 
 @pytest.mark.parametrize("size", list(SIZES))
-def test_pages_fit_the_screen(site, browser, size):
+def test_pages_fit_the_screen(site, browser, explorables_at, size):
     out, _, _ = site
     for name in PAGES if size == "phone" else WIDE_PAGES:
         if not (out / name).exists(): continue
-        context, page = _open(browser, out / name, size)
+        shared = name == "explorables.html"
+        context, page = (None, explorables_at(size)) if shared else _open(browser, out / name, size)
         try:
             assert page.locator("meta[name=viewport]").count() >= 1, f"{name} has no viewport tag"
             widths = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
             assert widths[0] <= widths[1] + 1, f"{name} at {size}: {widths[0]} px wide in a {widths[1]} px screen"
             assert not page.errors, page.errors
         finally:
-            context.close()
+            if context is not None: context.close()
 
 
 @pytest.mark.parametrize("size", list(SIZES))
-def test_explorer_controls_and_columns(site, browser, size):
-    out, _, _ = site
-    context, page = _open(browser, out / "explorables.html", size)
-    try:
-        host = page.locator(EXPLORER).first
-        small = host.evaluate("""h => [...h.querySelectorAll('.ctl-x-control input[type=range], .ctl-x-control input[type=number],'
-                                   + ' .ctl-x-control select, .ctl-x-control button, .ctl-x-control')]
-            .map(e => [e.tagName + (e.type ? ':' + e.type : '') + (e.dataset.ctlControl || e.dataset.ctlBox || ''),
-                       e.getBoundingClientRect().height]).filter(r => r[1] < 44)""")
-        assert not small, f"controls under 44 px tall at {size}: {small}"
-        lefts = host.evaluate("h => [...h.querySelectorAll('[data-ctl-plot]')].map(d => Math.round(d.getBoundingClientRect().left))")
-        columns = len(set(lefts))
-        assert columns == (1 if size == "phone" else 2), f"{columns} columns of figures at {size}"
-        labels = host.evaluate("h => [...h.querySelectorAll('input, select')].filter(e => !e.getAttribute('aria-label')).length")
-        assert labels == 0, "a control without an accessible name"
-        valuetext = host.locator("[data-ctl-control=tau]").get_attribute("aria-valuetext")
-        assert valuetext and valuetext.startswith("τ = 0.2")
-    finally:
-        context.close()
+def test_explorer_controls_and_columns(explorables_at, size):
+    page = explorables_at(size)
+    host = page.locator(EXPLORER).first
+    small = host.evaluate("""h => [...h.querySelectorAll('.ctl-x-control input[type=range], .ctl-x-control input[type=number],'
+                               + ' .ctl-x-control select, .ctl-x-control button, .ctl-x-control')]
+        .map(e => [e.tagName + (e.type ? ':' + e.type : '') + (e.dataset.ctlControl || e.dataset.ctlBox || ''),
+                   e.getBoundingClientRect().height]).filter(r => r[1] < 44)""")
+    assert not small, f"controls under 44 px tall at {size}: {small}"
+    lefts = host.evaluate("h => [...h.querySelectorAll('[data-ctl-plot]')].map(d => Math.round(d.getBoundingClientRect().left))")
+    columns = len(set(lefts))
+    assert columns == (1 if size == "phone" else 2), f"{columns} columns of figures at {size}"
+    labels = host.evaluate("h => [...h.querySelectorAll('input, select')].filter(e => !e.getAttribute('aria-label')).length")
+    assert labels == 0, "a control without an accessible name"
+    valuetext = host.locator("[data-ctl-control=tau]").get_attribute("aria-valuetext")
+    assert valuetext and valuetext.startswith("τ = 0.2")
 
 
 @pytest.mark.parametrize("size", sorted(TOUCH))
-def test_a_swipe_over_a_plot_scrolls_the_page(site, browser, size):
-    out, _, _ = site
-    context, page = _open(browser, out / "explorables.html", size)
-    try:
-        plot = page.locator(f"{EXPLORER} [data-ctl-plot=loss]")
-        plot.scroll_into_view_if_needed()
-        box = plot.bounding_box()
-        x, y0 = box["x"] + box["width"] / 2, min(box["y"] + box["height"] * 0.7, SIZES[size][1] - 20)
-        before = page.evaluate("() => window.scrollY")
-        ranges = plot.evaluate("d => JSON.stringify([d._fullLayout.xaxis.range, d._fullLayout.yaxis.range])")
-        cdp = context.new_cdp_session(page)
-        points = lambda y: [{"x": x, "y": y, "id": 1}]
-        cdp.send("Input.dispatchTouchEvent", {"type": "touchStart", "touchPoints": points(y0)})
-        for i in range(1, 11):
-            cdp.send("Input.dispatchTouchEvent", {"type": "touchMove", "touchPoints": points(y0 - 20 * i)})
-        cdp.send("Input.dispatchTouchEvent", {"type": "touchEnd", "touchPoints": []})
-        page.wait_for_timeout(400)
-        after = page.evaluate("() => window.scrollY")
-        assert after > before + 50, f"a 200 px swipe over the plot scrolled the page by {after - before} px at {size}"
-        assert plot.evaluate("d => JSON.stringify([d._fullLayout.xaxis.range, d._fullLayout.yaxis.range])") == ranges, \
-            "the swipe zoomed the plot"
-    finally:
-        context.close()
+def test_a_swipe_over_a_plot_scrolls_the_page(explorables_at, size):
+    page = explorables_at(size)
+    context = page.context
+    plot = page.locator(f"{EXPLORER} [data-ctl-plot=loss]")
+    plot.scroll_into_view_if_needed()
+    box = plot.bounding_box()
+    x, y0 = box["x"] + box["width"] / 2, min(box["y"] + box["height"] * 0.7, SIZES[size][1] - 20)
+    before = page.evaluate("() => window.scrollY")
+    ranges = plot.evaluate("d => JSON.stringify([d._fullLayout.xaxis.range, d._fullLayout.yaxis.range])")
+    cdp = context.new_cdp_session(page)
+    points = lambda y: [{"x": x, "y": y, "id": 1}]
+    cdp.send("Input.dispatchTouchEvent", {"type": "touchStart", "touchPoints": points(y0)})
+    for i in range(1, 11):
+        cdp.send("Input.dispatchTouchEvent", {"type": "touchMove", "touchPoints": points(y0 - 20 * i)})
+    cdp.send("Input.dispatchTouchEvent", {"type": "touchEnd", "touchPoints": []})
+    page.wait_for_timeout(400)
+    after = page.evaluate("() => window.scrollY")
+    assert after > before + 50, f"a 200 px swipe over the plot scrolled the page by {after - before} px at {size}"
+    assert plot.evaluate("d => JSON.stringify([d._fullLayout.xaxis.range, d._fullLayout.yaxis.range])") == ranges, \
+        "the swipe zoomed the plot"
 
 
 def test_presets_reset_and_the_address_round_trip(site, browser):
@@ -160,32 +169,29 @@ def test_presets_reset_and_the_address_round_trip(site, browser):
         context.close()
 
 
-def test_a_change_redraws_only_what_it_moves_and_fast_enough_throttled(site, browser):
-    out, _, _ = site
-    context, page = _open(browser, out / "explorables.html", "tablet")
-    try:
-        host = page.locator(EXPLORER).first
-        for name, value, redrawn in (("lam", 0.01, ["penalty"]), ("alpha", 0.3, ["penalty", "entropy"]),
-                                     ("pos", 0.5, ["loss", "gradient"]), ("tau", 0.5, ["penalty", "entropy", "loss", "gradient"])):
-            before = _updates(page)
-            box = page.locator(f"{EXPLORER} [data-ctl-box={name}]")
-            box.fill(str(value)); box.press("Enter")
-            _wait_update(page, before)
-            assert host.evaluate("h => h.ctlState.redrawn") == redrawn, name
-        cdp = context.new_cdp_session(page)
-        cdp.send("Emulation.setCPUThrottlingRate", {"rate": 4})
-        start = len(host.evaluate("h => h.ctlTimings"))
-        slider = page.locator(f"{EXPLORER} [data-ctl-control=tau]")
-        for _ in range(8):
-            before = _updates(page)
-            slider.focus(); page.keyboard.press("ArrowLeft")
-            _wait_update(page, before)
-        timings = host.evaluate("h => h.ctlTimings")[start:]
-        cdp.send("Emulation.setCPUThrottlingRate", {"rate": 1})
-        assert len(timings) >= 8
-        assert statistics.median(timings) < 3000, f"a τ redraw took {statistics.median(timings):.0f} ms (median) at 4× throttling"
-    finally:
-        context.close()
+def test_a_change_redraws_only_what_it_moves_and_fast_enough_throttled(explorables_at):
+    page = explorables_at("tablet")  # as loaded (the tests before it only read it and scroll it)
+    context = page.context
+    host = page.locator(EXPLORER).first
+    for name, value, redrawn in (("lam", 0.01, ["penalty"]), ("alpha", 0.3, ["penalty", "entropy"]),
+                                 ("pos", 0.5, ["loss", "gradient"]), ("tau", 0.5, ["penalty", "entropy", "loss", "gradient"])):
+        before = _updates(page)
+        box = page.locator(f"{EXPLORER} [data-ctl-box={name}]")
+        box.fill(str(value)); box.press("Enter")
+        _wait_update(page, before)
+        assert host.evaluate("h => h.ctlState.redrawn") == redrawn, name
+    cdp = context.new_cdp_session(page)
+    cdp.send("Emulation.setCPUThrottlingRate", {"rate": 4})
+    start = len(host.evaluate("h => h.ctlTimings"))
+    slider = page.locator(f"{EXPLORER} [data-ctl-control=tau]")
+    for _ in range(8):
+        before = _updates(page)
+        slider.focus(); page.keyboard.press("ArrowLeft")
+        _wait_update(page, before)
+    timings = host.evaluate("h => h.ctlTimings")[start:]
+    cdp.send("Emulation.setCPUThrottlingRate", {"rate": 1})
+    assert len(timings) >= 8
+    assert statistics.median(timings) < 3000, f"a τ redraw took {statistics.median(timings):.0f} ms (median) at 4× throttling"
 
 
 def test_the_figure_page_fills_a_projector(site, browser, tmp_path):
