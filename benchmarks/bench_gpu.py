@@ -11,7 +11,7 @@ pass, the SGD update, and with the memory bank its moving-average update. Two wa
 
 Each at batch 128 ([WL21]) and 512, with torch.compile off, of the encoder (`compile=True`) and of the whole step
 (`compile="step"`: one graph, `ctl_explore.train.compile_step`, the learning rate a tensor as `pretrain` passes it), for
-the ordinary contrastive loss and the hard one (`--loss`). `--compile graph` adds that one graph replayed as a CUDA graph
+the ordinary contrastive loss and the hard one (`--loss`). `graph` (a default on CUDA) replays that one graph as a CUDA graph
 (torch.compile's mode="reduce-overhead"; the row says when inductor skipped the CUDA graph, and stderr says why). The data are random uint8 images of CIFAR10's shape (3 x 32 x 32, 50,000 rows), made on the device:
 nothing is downloaded. cudnn.benchmark is on, as `pretrain` sets it on CUDA. Each case is timed `--repeats` times
 after its warm-up; the table gives the median images/s and the range over the repeats.
@@ -53,7 +53,7 @@ from ctl_explore.train import (PretrainConfig, TrainState, _make_momentum_buffer
 
 RESULTS = Path(__file__).parent / "results"
 COMPILES = ("off", "encoder", "step")  # torch.compile of nothing, of the encoder (compile=True), of the whole step (one graph)
-GRAPH = "graph"  # --compile graph: the one-graph step as a CUDA graph (mode="reduce-overhead"); asked for by name, not a default
+GRAPH = "graph"  # --compile graph: the one-graph step as a CUDA graph (mode="reduce-overhead"); a default on CUDA
 LOSSES = ("contrastive", "hard_contrastive")  # the ordinary loss and the hard one (top-k of each row's negatives)
 
 # published anchors (issue 16): the numbers a GPU owner compares with
@@ -80,7 +80,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--loss", choices=LOSSES, nargs="+", default=None, help="losses to time (default: both; toy: contrastive)")
     p.add_argument("--compile", choices=COMPILES + (GRAPH,), nargs="+", default=None,
                    help="torch.compile settings to time: off, encoder, step, graph (the step as a CUDA graph) (default on CUDA: "
-                        "off, encoder, step; toy and torchrun: off)")
+                        "off, encoder, step, graph; toy and torchrun: off)")
     p.add_argument("--negatives", choices=("bank", "batch"), nargs="+", default=None,
                    help="bank, batch (default: both; under torchrun: bank, the only one pretrain runs on several processes)")
     p.add_argument("--peak-tflops", type=float, default=None, help="the GPU's dense bf16 peak in TFLOP/s for the MFU column "
@@ -94,7 +94,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"--device {args.device} asked for, but CUDA is not available (leave --device out for the CPU toy size)")
     args.toy = args.toy or not args.device.startswith("cuda")
     defaults = dict(batch=[8, 16], rows=128, steps=2, warmup=1, compile=["off"], repeats=1, loss=["contrastive"]) if args.toy else \
-               dict(batch=[128, 512], rows=50_000, steps=100, warmup=15, compile=list(COMPILES), repeats=5, loss=list(LOSSES))
+               dict(batch=[128, 512], rows=50_000, steps=100, warmup=15, compile=[*COMPILES, GRAPH], repeats=5, loss=list(LOSSES))
     defaults["negatives"] = ["bank"] if args.world > 1 else ["bank", "batch"]
     if args.world > 1: defaults["compile"] = ["off"]
     for name, value in defaults.items():
@@ -261,8 +261,11 @@ def markdown(rows: list[dict], machine: dict, args: argparse.Namespace, command:
               "network's work. lightly's figure is a whole run's wall time (with its evaluations and data loading), "
               "50,000 × 200 images / 97.7 min; dkobak's is a training throughput. Several GPUs: "
               "`torchrun --standalone --nproc_per_node=N benchmarks/bench_gpu.py` writes its own page beside this one. "
-              "CUDA graphs are not used in the default cases: `--compile graph` adds the one-graph step replayed as a CUDA graph "
-              "(torch.compile's mode=\"reduce-overhead\"). TFLOP/s: the FLOPs of one eager step of one process (torch's FLOP counter: matrix products "
+              + ("The `graph` rows replay the one-graph step as a CUDA graph (torch.compile's mode=\"reduce-overhead\"). "
+                 if GRAPH in getattr(args, "compile", ()) else
+                 "CUDA graphs are not used in these cases: `--compile graph` adds the one-graph step replayed as a CUDA graph "
+                 "(torch.compile's mode=\"reduce-overhead\"). ") +
+              "TFLOP/s: the FLOPs of one eager step of one process (torch's FLOP counter: matrix products "
               "and convolutions, forward and backward) times its steps per second; MFU: that over the GPU's dense bf16 peak ("
               + (f"{args.peak_tflops:g} TFLOP/s" if getattr(args, "peak_tflops", None) else "unknown here: give --peak-tflops") + ").", ""]
     return "\n".join(lines)

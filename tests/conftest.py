@@ -41,15 +41,15 @@ def pytest_report_header(config):
 # file, so that a file's module fixtures (a browser, a kernel, a JupyterLab) are made once, on one worker.
 # (`--dist loadgroup`, used before, groups by `xdist_group` marks through a test id that pytest 9 no longer lets xdist
 # 3.8 change: every test became a unit of its own, spread over both workers, and each worker made every module fixture
-# again, the site's build included.) The units go out heaviest first (HEAVY, from the CPU seconds measured in
+# again, the site's build included.) The units go out heaviest first (HEAVY, by the wall seconds of the CI run measured in
 # benchmarks/results/ci_time.md; every other file after them, in collection order), so that no long file starts last
 # while the other worker idles. The site's three test files share one build of the site, which the controller starts
 # in the background as soon as the workers have collected them (tests/browser_setup.py).
-HEAVY = ("test_explorer_browser.py", "test_grader.py", "test_bench_gpu.py", "test_cli.py", "test_study_runs.py",
-         "test_site_browser.py", "test_pretrain.py", "test_study.py", "test_exercises_core.py", "test_explorables.py",
-         "test_fast.py", "test_run_folders.py", "test_site_screens.py", "test_train_distributed.py",
-         "test_global_batchnorm.py", "test_gpu_ready.py", "test_train_compile.py", "test_losses.py", "test_suppression.py",
-         "test_gradients.py", "test_judge.py")
+HEAVY = ("test_study.py", "test_grader.py", "test_train_distributed.py", "test_site_browser.py", "test_explorer_browser.py",
+         "test_study_runs.py", "test_site_screens.py", "test_pretrain.py", "test_bench_gpu.py", "test_explorables.py",
+         "test_cli.py", "test_run_folders.py", "test_compile_graph.py", "test_suppression.py", "test_train_compile.py",
+         "test_gpu_ready.py", "test_losses.py", "test_checkpoint_cadence.py", "test_fast.py", "test_exercises_core.py",
+         "test_hostile.py", "test_global_batchnorm.py", "test_study_workers.py", "test_gradients.py")
 
 
 def pytest_collection_modifyitems(config, items):

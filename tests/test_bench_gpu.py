@@ -57,7 +57,7 @@ def test_full_size_defaults(bench, monkeypatch):
     monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: True)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     args = bench.parse_args([])
-    assert (args.toy, args.device, args.batch, args.rows, args.compile) == (False, "cuda", [128, 512], 50_000, ["off", "encoder", "step"])
+    assert (args.toy, args.device, args.batch, args.rows, args.compile) == (False, "cuda", [128, 512], 50_000, ["off", "encoder", "step", "graph"])
     assert args.negatives == ["bank", "batch"] and args.out == bench.RESULTS / "gpu.md"
     monkeypatch.setenv("WORLD_SIZE", "4")  # under torchrun: the memory bank only, and a page of its own
     args = bench.parse_args([])

@@ -86,6 +86,8 @@ PRIVATE_TORCH = {
     "torch.utils._python_dispatch": "TorchDispatchMode, to count host syncs (ctl_explore.debug): torch exports no public home for it",
     "torch.ops.aten._softmax": "the one-pass bank loss's in-place softmax (ctl_explore.fast): torch.softmax has no out= variant",
     "_BatchNorm": "GlobalBatchNorm's base (several processes): the common base of torch's batch norms",
+    "torch._dynamo": "compile_step (ctl_explore.train): its config.trace_autograd_ops, set while the compiled step runs, makes the "
+                     "backward part of the one graph; torch.compile has no public option for it",
 }
 
 
