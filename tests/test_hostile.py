@@ -18,6 +18,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from processes import hold_run_lock
 import torch
 
 from ctl_explore import run_folders
@@ -235,11 +236,8 @@ def _copy(finished: Path, to: Path) -> Path:
 @pytest.mark.slow  # a second Python process that imports torch
 def test_linear_eval_refuses_a_run_that_pretrain_is_still_training(finished, tmp_path, capsys):
     run = _copy(finished, tmp_path / "run")
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom ctl_explore.run_folders import run_lock\n"
-                               "with run_lock(sys.argv[1]):\n    print('held', flush=True); time.sleep(120)", str(run)],
-                              stdout=subprocess.PIPE, text=True, env=ENV)
+    holder = hold_run_lock(run, ENV)
     try:
-        assert holder.stdout.readline().strip() == "held"
         from ctl_explore.linear_eval import LinearEvalConfig, linear_eval
         with pytest.raises(RunBusyError, match=f"is being written by process {holder.pid}.*linear-eval measures a run's final checkpoint"):
             linear_eval(run, LinearEvalConfig(epochs=1))

@@ -17,6 +17,7 @@ import urllib.error
 from pathlib import Path
 
 import pytest
+from processes import hold_run_lock
 import torch
 import torch.nn.functional as F
 
@@ -184,11 +185,8 @@ def test_a_second_process_on_one_folder_fails_at_once(tmp_path, capsys):
 
 def test_run_lock_is_exclusive_across_processes_and_threads_and_dies_with_its_holder(tmp_path):
     run = tmp_path / "run"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom ctl_explore.run_folders import run_lock\n"
-                               "with run_lock(sys.argv[1]):\n    print('held', flush=True); time.sleep(120)", str(run)],
-                              stdout=subprocess.PIPE, text=True, env=ENV)
+    holder = hold_run_lock(run, ENV)
     try:
-        assert holder.stdout.readline().strip() == "held"
         with pytest.raises(RunBusyError, match=f"process {holder.pid}"): 
             with run_lock(run): pass
         started = time.time()
