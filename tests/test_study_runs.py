@@ -423,20 +423,30 @@ def test_killing_the_parent_leaves_no_worker(tmp_path):
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process tree from /proc")
 def test_ctrl_c_stops_a_worker_study_and_counts_what_is_saved(tmp_path):
     code = textwrap.dedent(f"""
+        import faulthandler, signal
+        faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test asks for every thread's stack if this process hangs
         from ctl_explore.study.plan import StudyPreset
         from ctl_explore.study.runner import StudyInterrupted, run_study
         p = StudyPreset.make("long", width=4, epochs=400, taus=(0.2, 0.5), seeds=(0,), simple_losses=False, linear_epochs=2)
         try: run_study(p, {str(tmp_path / 'S')!r}, quiet=True, workers=2)
         except StudyInterrupted as e: print(e)
     """)
-    parent = subprocess.Popen([sys.executable, "-c", code], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # a process started in the background by a non-interactive shell (as CI may be) inherits SIGINT ignored, and Python
+    # then leaves it ignored: give the study Ctrl-C's default, as a terminal would
+    parent = subprocess.Popen([sys.executable, "-c", code], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 300  # an upper bound for three processes to start, under load
     while not list((tmp_path / "S" / "runs").glob("*/metrics.jsonl")):
         assert parent.poll() is None and time.time() < deadline, parent.communicate()[1][-2000:]
         time.sleep(0.05)
     workers = _children(parent.pid)
     os.kill(parent.pid, signal.SIGINT)  # the parent alone, as `kill -INT` does (a terminal's Ctrl-C reaches the workers too)
-    out, err = parent.communicate(timeout=30)
+    try: out, err = parent.communicate(timeout=30)
+    except subprocess.TimeoutExpired:  # say where it hangs: every thread's stack, and which processes hold its output open
+        holders = [q for q in _children(parent.pid) if _alive(q)]
+        os.kill(parent.pid, signal.SIGUSR1); time.sleep(2); parent.kill()
+        out, err = parent.communicate(timeout=30)
+        pytest.fail(f"the study did not end within 30 s of SIGINT; its processes: {holders}; stderr:\n{err[-6000:]}")
     assert "study interrupted: 0 of its 4 runs finished and saved" in out and "Traceback" not in err, err[-2000:]
     deadline = time.time() + 1  # as long as before (a sleep of 1 s), but ended as soon as they are gone
     while any(_alive(p) for p in workers) and time.time() < deadline: time.sleep(0.05)
