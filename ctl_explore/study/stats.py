@@ -84,7 +84,11 @@ def trend(x, y, permutations: int = 9999, seed: int = 0) -> Trend:
 @functools.lru_cache(maxsize=4096)  # a study's judge asks the same few critical values thousands of times (~0.6 ms each)
 def _t(level: float, df: float) -> float:
     import scipy.stats  # here, not at the top: importing scipy.stats costs ~2 CPU-s, which every ctl-explore command would pay
-    return float(scipy.stats.norm.ppf(0.5 + level / 2) if math.isinf(df) else scipy.stats.t.ppf(0.5 + level / 2, df))
+    q = 0.5 + level / 2
+    if math.isinf(df): return float(scipy.stats.norm.ppf(q))
+    # t.ppf is scipy.special.stdtrit(df, q) behind ~0.5 ms of argument checks, for valid arguments the very same number
+    if df > 0 and 0 < q < 1: return float(scipy.special.stdtrit(df, q))
+    return float(scipy.stats.t.ppf(q, df))
 
 def noise_margin(*cells: tuple, n_test: int | None = None, level: float = 0.95) -> float:
     "The smallest difference of cell means (mean, std, n) that is not noise: Welch's t critical value times its standard error (seed spread, plus the test set's binomial error for accuracies)."
