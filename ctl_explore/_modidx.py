@@ -129,6 +129,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                   'ctl_explore.data._PerDataset.__iter__': ('data.html#_perdataset.__iter__', 'ctl_explore/data.py'),
                                   'ctl_explore.data._PerDataset.__len__': ('data.html#_perdataset.__len__', 'ctl_explore/data.py'),
                                   'ctl_explore.data._PerDataset.__repr__': ('data.html#_perdataset.__repr__', 'ctl_explore/data.py'),
+                                  'ctl_explore.data._assume_constant_normalisation': ( 'data.html#_assume_constant_normalisation',
+                                                                                       'ctl_explore/data.py'),
                                   'ctl_explore.data._blur_kernel_size': ('data.html#_blur_kernel_size', 'ctl_explore/data.py'),
                                   'ctl_explore.data._check_float_images': ('data.html#_check_float_images', 'ctl_explore/data.py'),
                                   'ctl_explore.data._check_per_image': ('data.html#_check_per_image', 'ctl_explore/data.py'),

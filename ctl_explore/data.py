@@ -916,10 +916,13 @@ def _per_channel(values: tuple, device: torch.device, dtype: torch.dtype = torch
     "`values` as a [1, C, 1, 1] tensor on `device`, made once per (values, device, dtype): no host-to-device copy per batch. Never modify it."
     return torch.tensor(values, dtype=dtype).view(1, len(values), 1, 1).to(device)
 
-@torch.compiler.assume_constant_result
 def _normalisation(mean: tuple, std: tuple, device: torch.device) -> Tensor:
-    "[2, 1, C, 1, 1] float32 on `device`: 1/std and -mean/std, so that (x - mean) / std is x·[0] + [1]; made once. A compiled step takes it as a constant of its graph, made outside it (TorchDynamo calls this function when it traces instead of tracing it). Never modify it."
+    "[2, 1, C, 1, 1] float32 on `device`: 1/std and -mean/std, so that (x - mean) / std is x·[0] + [1]; made once. A step compiled by `compile_step` takes it as a constant of its graph, made outside it (see `_assume_constant_normalisation`). Never modify it."
     return _normalisation_of(_per_channel(mean, device), _per_channel(std, device))
+
+def _assume_constant_normalisation() -> None:
+    "Mark `_normalisation` with `torch.compiler.assume_constant_result`: TorchDynamo then calls it when it traces, instead of tracing it. Done by `compile_step` (appendix 29) before it compiles, not here at import: the decorator imports torch._dynamo, about 2 CPU-s that a process which never compiles should not pay."
+    torch.compiler.assume_constant_result(_normalisation)  # marks the function itself (it returns the same function)
 
 @lru_cache(maxsize=64)
 def _normalisation_of(mean: Tensor, std: Tensor) -> Tensor:  # cached per pair of `_per_channel`'s tensors

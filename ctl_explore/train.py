@@ -29,6 +29,7 @@ from .checks import check_bool, check_choice, check_in_range, check_int, check_n
 from .data import (
     DATASETS, AugmentParams, DatasetNotFoundError, FullImages, ImageData, TwoViewAugment, ViewDraws, augment_view, data_root,
     dataset_spec, load_dataset, sample_view, to_float)
+from .data import _assume_constant_normalisation
 from .distributed import (
     ProcessGroupError, _abort_distributed, _check_device_name, _distributed, _gather, _init_distributed, _on_rank_0_first,
     distributed_net, resolve_device)
@@ -615,7 +616,8 @@ def _prepare_step(state: TrainState, device: torch.device) -> None:
     state.step = compile_step(training_step) if state.config.compile == "step" else training_step
 
 def compile_step(step: Callable, **options) -> Callable:
-    "`torch.compile(step, **options)` with TorchDynamo tracing the backward pass too (its `trace_autograd_ops`, set while the step runs): `training_step` so compiled is one graph, augmentation, forward, loss, backward and update (`gradient_step` takes `traced_sgd_step` there). `mode='reduce-overhead'` runs that graph as a CUDA graph."
+    "`torch.compile(step, **options)` with TorchDynamo tracing the backward pass too (its `trace_autograd_ops`, set while the step runs): `training_step` so compiled is one graph, augmentation, forward, loss, backward and update (`gradient_step` takes `traced_sgd_step` there). `mode='reduce-overhead'` runs that graph as a CUDA graph. It first marks lesson 04's `_normalisation` a constant result, so the augmentation's normalisation constants enter the graph made outside it."
+    _assume_constant_normalisation()
     return torch._dynamo.config.patch(trace_autograd_ops=True)(torch.compile(step, **options))
 
 def _make_momentum_buffers(optimizer: torch.optim.Optimizer) -> None:

@@ -11,7 +11,6 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
-from sklearn.manifold import TSNE
 
 from .losses import loss_spec
 from .study.measure import run_embeddings
@@ -23,6 +22,7 @@ __all__ = ['tsne_figure', 'similarity_histograms', 'uniformity_tolerance_plane']
 def tsne_figure(embeddings: dict, perplexity: float = 30.0, seed: int = 0) -> go.Figure:
     "t-SNE of several runs' test embeddings side by side, coloured by class; `embeddings` maps a title to `run_embeddings` output."
     if not embeddings: raise ValueError("embeddings must hold at least one run")
+    from sklearn.manifold import TSNE  # here, not at the top: importing it costs ~2 CPU-s that the module's other figures never need
     fig = make_subplots(rows=1, cols=len(embeddings), subplot_titles=[str(k) for k in embeddings])
     for col, (title, e) in enumerate(embeddings.items(), 1):
         z = e["z"].double().numpy()
