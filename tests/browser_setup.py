@@ -36,8 +36,11 @@ except ImportError:  # pragma: no cover - depends on the machine
 REPO = Path(__file__).resolve().parents[1]
 SITE_ONLY = os.environ.get("CTL_SITE_ONLY", "." if os.environ.get("CTL_SITE") else r"^(02_|91_|92_|index)")
 BUILD_TIMEOUT_S = 1800
-# Screenshots and the pages' own timers go to a temporary folder (or CTL_ARTIFACTS): tests leave the checkout clean.
+# The pages' own timers go to a temporary folder (or CTL_ARTIFACTS): tests leave the checkout clean. Screenshots are
+# taken only when CTL_ARTIFACTS names a folder (no test reads them; each costs Chromium a fraction of a CPU-second),
+# except the one a failing JupyterLab explorer test leaves of its page.
 ARTIFACTS = Path(os.environ.get("CTL_ARTIFACTS") or Path(tempfile.gettempdir()) / "ctl_explore-test-artifacts")
+SCREENSHOTS = bool(os.environ.get("CTL_ARTIFACTS"))
 
 
 def needs_browser(what: str) -> list:
@@ -204,3 +207,85 @@ def open_page(browser, path: Path, timeout_ms: int = 120_000):
     page.wait_for_function("window.ctlSite && (window.ctlSite.done || window.ctlSite.errors.length > 0)",
                            timeout=timeout_ms)
     return context, page, seen
+
+
+# ---- what every page of the site must show in Chromium (test_site_browser; test_explorables for the two pages it
+# opens anyway, lesson 02's and explorables.html, so that each page is loaded once per run) -----------------------
+
+PAGE_STATE = """() => {
+          const q = s => Array.from(document.querySelectorAll(s));
+          const markdown = q('.jp-MarkdownOutput').map(e => {
+            const c = e.cloneNode(true);
+            c.querySelectorAll('code, pre, script').forEach(x => x.remove());
+            return c.textContent;
+          }).join('\\n');
+          return {
+            errors: window.ctlSite.errors,
+            figures: q('div.ctl-plotly').length,
+            drawn: q('div.ctl-plotly').filter(d => d.querySelector('.js-plotly-plot svg.main-svg')).length,
+            traces: q('div.ctl-plotly').map(d => d.querySelectorAll('.js-plotly-plot .trace, .js-plotly-plot .gl-container').length),
+            images: q('img').length,
+            broken_images: q('img').filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src.slice(0, 80)),
+            math: q('.MathJax, .MathJax_Display').length,
+            math_errors: q('.merror, .noError, .MathJax_Error').map(e => e.textContent.slice(0, 120)),
+            raw_math: (markdown.match(/\\$[^$\\n]{1,200}\\$/g) || []).slice(0, 5),
+            directives: q('.jp-InputArea-editor').map(e => e.innerText).filter(t => /^\\s*#\\|/m.test(t)).map(t => t.slice(0, 80)),
+            widgets: q('.ctl-widget').length,
+            explorables: q('.ctl-explorable').map(e => [e.dataset.ctlExplorable, e.querySelectorAll('.js-plotly-plot svg.main-svg').length > 0]),
+            fallbacks: q('.ctl-x-fallback').length,
+            links: q('a[href]').map(a => a.getAttribute('href')),
+          };
+        }"""
+
+
+def read_page_state(page) -> dict:
+    "What `check_page_state` checks, read from a page that ``open_page`` opened, before anything on it was changed."
+    return page.evaluate(PAGE_STATE)
+
+
+def check_page_state(stem: str, state: dict, seen: dict, out: Path, manifest: dict) -> None:
+    """The page `stem` of the site in `out` (its `state` read by `read_page_state`, `seen` from ``open_page``): no request
+    beyond file://, no error, every figure and explorable drawn with its traces, math typeset and none left raw, no nbdev
+    directive in the code shown, its widgets, its links to pages that exist (the index: to every page, in course order)."""
+    entry = next((p for p in manifest["pages"] if p["page"] == f"{stem}.html"), None)
+    if stem == "explorables":  # no notebook behind it: two explorables, no figure of plotly's own, no widget
+        entry = {"page": "explorables.html", "notebook": None, "figures": 0, "widgets": 0}
+    assert not seen["network"], f"{stem}: requests beyond file:// ({len(seen['network'])}): {seen['network'][:5]}"
+    assert not seen["failed"], f"{stem}: files the page asked for and did not get: {seen['failed'][:5]}"
+    assert not seen["pageerror"], f"{stem}: page errors: {seen['pageerror'][:5]}"
+    assert not seen["console"], f"{stem}: console errors: {seen['console'][:5]}"
+    assert not state["errors"], f"{stem}: {state['errors']}"
+    assert state["figures"] == entry["figures"], (stem, state["figures"], entry["figures"])
+    assert state["drawn"] == state["figures"], f"{stem}: {state['figures'] - state['drawn']} of {state['figures']} figures not drawn"
+    assert all(n > 0 for n in state["traces"]) or not state["traces"], f"{stem}: a figure drawn without traces: {state['traces']}"
+    assert not state["broken_images"], f"{stem}: images that did not load: {state['broken_images']}"
+    assert not state["math_errors"], f"{stem}: TeX that MathJax could not typeset: {state['math_errors']}"
+    assert not state["raw_math"], f"{stem}: math left as raw TeX: {state['raw_math']}"
+    assert not state["directives"], f"{stem}: nbdev directives in the code shown: {state['directives']}"
+    assert state["widgets"] == entry["widgets"], (stem, state["widgets"], entry["widgets"])
+    assert all(drawn for _, drawn in state["explorables"]), f"{stem}: an explorable not drawn: {state['explorables']}"
+    assert state["fallbacks"] == 0, f"{stem}: an explorable still shows its fallback note"
+    kinds = sorted(kind for kind, _ in state["explorables"])
+    if stem == "02_explorer":  # lesson 02's two widgets are live on its page
+        assert kinds == ["hypersphere-replay", "temperature-explorer"], kinds
+    if stem == "explorables":  # and on their own page, with lessons 09 and 12's shipped results
+        assert kinds == ["figure-stepper"] * 3 + ["hypersphere-replay", "temperature-explorer"], kinds
+    if entry["notebook"] is None:
+        assert any(h.split("#")[0] == "index.html" for h in state["links"]), f"{stem}: no link back to the index"
+        return
+    nb = json.loads((REPO / "nbs" / entry["notebook"]).read_text(encoding="utf-8"))
+    prose = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    if re.search(r"\$[^$\n]+\$", re.sub(r"`[^`]*`", "", prose)):
+        assert state["math"] > 0, f"{stem}: the notebook's prose has math but the page typeset none"
+    for href in state["links"]:
+        target = href.split("#")[0]
+        if target.endswith(".html") and "://" not in target:
+            assert (out / target).is_file(), f"{stem}: a link to a page that does not exist: {href}"
+    if stem == "index":
+        linked = [h.split("#")[0] for h in state["links"]]
+        for other in manifest["pages"] + [manifest["explorables"]]:
+            if other["page"] != "index.html":
+                assert other["page"] in linked, f"the index does not link {other['page']}"
+        listed = [h for h in linked if h.endswith(".html") and h not in ("index.html", "explorables.html")]
+        order = [p["page"] for p in manifest["pages"] if p["page"] != "index.html"]
+        assert listed[-len(order):] == order, "the index's list of pages is not in course order"

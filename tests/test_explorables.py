@@ -4,6 +4,8 @@ numbers read back from the page's plotly divs and compared with what ``ctl_explo
 Uses the site that ``browser_setup.built_site`` builds once per session (``--only``: lessons 02, 91, 92 and the index,
 plus ``explorables.html``). The temperature explorer is checked on ``explorables.html`` (τ dragged from 1 to 0.05 with
 the keyboard, α, λ, K, s_ii typed, each set of negatives chosen, the log axis, a refused value) and on lesson 02's page;
+both pages first get the checks ``test_site_browser`` makes on every other page of the site (``check_page_state``: each
+page is loaded once per run);
 the playground's replay is scrubbed, switched to other τ and losses, and played to its end; lessons 09, 10 and 12's
 shipped results (one loss and τ, one loss or seed, one τ at a time) show the numbers of the library's own figure
 functions for the option picked. Numbers agree to 1e-6
@@ -26,7 +28,8 @@ import numpy as np
 import pytest
 import torch
 
-from browser_setup import ARTIFACTS, CHROMIUM, built_site, launch_browser, needs_browser, open_page
+from browser_setup import (ARTIFACTS, CHROMIUM, built_site, check_page_state, launch_browser, needs_browser, open_page,
+                           read_page_state)
 from ctl_explore.explorer import N_BINS, REFERENCE_TAUS, TAU_GRID, entropy_curve, limit_regimes, loss_curves, similarity_set, simulate
 from ctl_explore.gradients import loss_gradients, penalty_entropy, relative_penalty
 from ctl_explore.losses import contrastive_loss, informative_mask
@@ -151,6 +154,12 @@ def _choose(page, source: str) -> None:
     before = _updates(page)
     page.locator(f"{EXPLORER} [data-ctl-control=source]").select_option(source)
     page.wait_for_function(f"() => (document.querySelector(\"{EXPLORER}\").ctlState.updates || 0) > {before}", timeout=30_000)
+
+
+def test_explorables_page_reads_offline(site, page):
+    "First, before any control moves: the checks test_site_browser makes on every page of the site (this page is opened once)."
+    out, manifest, _ = site
+    check_page_state("explorables", read_page_state(page), page.seen, out, manifest)
 
 
 def test_explorer_starts_as_the_library_draws_it(page):
@@ -378,6 +387,7 @@ def test_lesson_02_page_has_both_explorables_live(site, browser):
     out, manifest, _ = site
     context, pg, seen = open_page(browser, out / "02_explorer.html")
     try:
+        state = read_page_state(pg)  # for the checks test_site_browser makes on every other page, before anything moves
         assert pg.locator(EXPLORER).count() >= 1 and pg.locator(REPLAY).count() >= 1
         _check_explorer(_read(pg))
         _type(pg, "tau", 0.05)
@@ -396,6 +406,7 @@ def test_lesson_02_page_has_both_explorables_live(site, browser):
         context.close()
     assert not seen["network"] and not seen["failed"], seen
     assert not seen["pageerror"] and not seen["console"], seen
+    check_page_state("02_explorer", state, seen, out, manifest)
 
 
 # ---- lessons 09 and 12's shipped results, one setting at a time ---------------------------------------------------

@@ -2,7 +2,8 @@
 
 The test opens ``nbs/02_explorer.ipynb``, runs all its cells, checks that no cell shows an error, moves the τ slider
 with the keyboard and checks that the ``r_i`` curve plotted in the page is ``relative_penalty`` at the new τ. It saves
-screenshots in a temporary folder and measures the key-press-to-redrawn-curve latency; it writes it only when
+screenshots of the explorer and the playground when ``CTL_ARTIFACTS`` names a folder (and one of the page, in a
+temporary folder, when it fails), and measures the key-press-to-redrawn-curve latency; it writes it only when
 ``benchmarks/bench_explorer_browser.py`` asks (``CTL_BENCH_OUT``), never into the checkout by itself.
 
 Needs the ``playwright`` Python package and a system Chromium (Debian: ``apt-get install chromium``); it never
@@ -27,7 +28,7 @@ import numpy as np
 import pytest
 import torch
 
-from browser_setup import ARTIFACTS, launch_browser, needs_browser
+from browser_setup import ARTIFACTS, SCREENSHOTS, launch_browser, needs_browser
 from ctl_explore.explorer import similarity_set, temperature_explorer
 from ctl_explore.gradients import relative_penalty
 
@@ -229,7 +230,7 @@ def test_explorer_in_browser(lab, browser):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     context = browser.new_context(viewport={"width": 1400, "height": 1700})
     page = context.new_page()
-    console_errors, started = [], time.monotonic()
+    console_errors, started, passed = [], time.monotonic(), False
     def phase(name): print(f"\n[{time.monotonic() - started:6.1f} s] {name}", end="")
     page.on("console", lambda msg: console_errors.append(msg.text) if msg.type == "error" else None)
     try:
@@ -313,8 +314,9 @@ def test_explorer_in_browser(lab, browser):
             "chromium": browser.version, "machine": _machine(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         }, indent=2) + "\n")
         phase(f"key press → redrawn r_i curve: median {statistics.median(latencies):.1f} ms over {LATENCY_PRESSES} presses")
-        page.wait_for_timeout(300)  # let plotly finish its transitions before the picture
-        explorer.screenshot(path=str(ARTIFACTS / "explorer.png"))
+        if SCREENSHOTS:
+            page.wait_for_timeout(300)  # let plotly finish its transitions before the picture
+            explorer.screenshot(path=str(ARTIFACTS / "explorer.png"))
 
         # --- the playground: run 50 steps from the browser ---
         playground = page.locator(".ctl-hypersphere-playground").first
@@ -329,10 +331,12 @@ def test_explorer_in_browser(lab, browser):
         _wait_for(page, f"(e) => {{ const h = ({HISTORY})(e); return h && h.points[0] === 51 ? h : null; }}",
                   playground.element_handle(), timeout_s=90, what="the history plot to show 50 steps")
         page.wait_for_timeout(500)
-        playground.screenshot(path=str(ARTIFACTS / "playground.png"))
+        if SCREENSHOTS: playground.screenshot(path=str(ARTIFACTS / "playground.png"))
         phase("playground ran 50 steps from its button")
         assert not [e for e in console_errors if "widget" in e.lower() or "plotly" in e.lower()], console_errors
+        passed = True
     finally:
-        try: page.screenshot(path=str(ARTIFACTS / "page.png"), full_page=False)
-        except Exception: pass
+        if SCREENSHOTS or not passed:  # the page as it was when the test failed
+            try: page.screenshot(path=str(ARTIFACTS / "page.png"), full_page=False)
+            except Exception: pass
         context.close()

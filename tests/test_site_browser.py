@@ -6,7 +6,9 @@ The module builds the site once per session (``python -m ctl_explore.site --out 
 the exercises' solutions among them -- on none of them, the build leaves nothing new in the repository) and in
 Chromium from ``file://`` (no network request, no console or page error, every plotly figure drawn, the math typeset
 with no TeX left raw, no nbdev directive in the code shown, every widget shown as its snapshot or its explorable, the
-index linking every page in course order). Viewport screenshots go to a temporary folder (``CTL_ARTIFACTS`` names another).
+index linking every page in course order; ``browser_setup.check_page_state``). Lesson 02's page and ``explorables.html``
+get those checks in ``test_explorables``, on the pages it opens there anyway: each page is loaded once per run. Set
+``CTL_ARTIFACTS`` to a folder to keep a viewport screenshot of each page there.
 
 It also checks, with no browser and no lesson run, what the builder refuses: a folder it did not make (a user's files
 there stay as they were), an invalid ``--only``; and, on a tiny project of its own, that a lesson which fails in a
@@ -31,7 +33,8 @@ import pytest
 
 pytestmark = pytest.mark.slow  # a browser, several processes or compiled kernels: tens of seconds on 2 cores
 
-from browser_setup import ARTIFACTS, built_site, launch_browser, needs_browser, open_page, site_lessons
+from browser_setup import (ARTIFACTS, SCREENSHOTS, built_site, check_page_state, launch_browser, needs_browser, open_page,
+                           read_page_state, site_lessons)
 from ctl_explore.site import SITE_MARKER, directive_free, is_hidden, lesson_notebooks, skip_reason
 
 REPO = Path(__file__).resolve().parents[1]
@@ -129,81 +132,19 @@ def _needs_browser(test):
 
 
 @_needs_browser
-@pytest.mark.parametrize("stem", [p.stem for p in LESSONS] + ["explorables"])
+@pytest.mark.parametrize("stem", [p.stem for p in LESSONS if p.stem != "02_explorer"])
 def test_page_reads_offline(site, browser, stem):
+    "Each page but lesson 02's and explorables.html: test_explorables makes the same checks on those, on the pages it opens."
     out, manifest, _ = site
-    entry = next((p for p in manifest["pages"] if p["page"] == f"{stem}.html"), None)
-    if stem == "explorables":  # no notebook behind it: two explorables, no figure of plotly's own, no widget
-        entry = {"page": "explorables.html", "notebook": None, "figures": 0, "widgets": 0}
     context, page, seen = open_page(browser, out / f"{stem}.html")
     try:
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(ARTIFACTS / f"{stem}.png"))
-        state = page.evaluate("""() => {
-          const q = s => Array.from(document.querySelectorAll(s));
-          const markdown = q('.jp-MarkdownOutput').map(e => {
-            const c = e.cloneNode(true);
-            c.querySelectorAll('code, pre, script').forEach(x => x.remove());
-            return c.textContent;
-          }).join('\\n');
-          return {
-            errors: window.ctlSite.errors,
-            figures: q('div.ctl-plotly').length,
-            drawn: q('div.ctl-plotly').filter(d => d.querySelector('.js-plotly-plot svg.main-svg')).length,
-            traces: q('div.ctl-plotly').map(d => d.querySelectorAll('.js-plotly-plot .trace, .js-plotly-plot .gl-container').length),
-            images: q('img').length,
-            broken_images: q('img').filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src.slice(0, 80)),
-            math: q('.MathJax, .MathJax_Display').length,
-            math_errors: q('.merror, .noError, .MathJax_Error').map(e => e.textContent.slice(0, 120)),
-            raw_math: (markdown.match(/\\$[^$\\n]{1,200}\\$/g) || []).slice(0, 5),
-            directives: q('.jp-InputArea-editor').map(e => e.innerText).filter(t => /^\\s*#\\|/m.test(t)).map(t => t.slice(0, 80)),
-            widgets: q('.ctl-widget').length,
-            explorables: q('.ctl-explorable').map(e => [e.dataset.ctlExplorable, e.querySelectorAll('.js-plotly-plot svg.main-svg').length > 0]),
-            fallbacks: q('.ctl-x-fallback').length,
-            links: q('a[href]').map(a => a.getAttribute('href')),
-          };
-        }""")
+        if SCREENSHOTS:
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / f"{stem}.png"))
+        state = read_page_state(page)
     finally:
         context.close()
-    assert not seen["network"], f"{stem}: requests beyond file:// ({len(seen['network'])}): {seen['network'][:5]}"
-    assert not seen["failed"], f"{stem}: files the page asked for and did not get: {seen['failed'][:5]}"
-    assert not seen["pageerror"], f"{stem}: page errors: {seen['pageerror'][:5]}"
-    assert not seen["console"], f"{stem}: console errors: {seen['console'][:5]}"
-    assert not state["errors"], f"{stem}: {state['errors']}"
-    assert state["figures"] == entry["figures"], (stem, state["figures"], entry["figures"])
-    assert state["drawn"] == state["figures"], f"{stem}: {state['figures'] - state['drawn']} of {state['figures']} figures not drawn"
-    assert all(n > 0 for n in state["traces"]) or not state["traces"], f"{stem}: a figure drawn without traces: {state['traces']}"
-    assert not state["broken_images"], f"{stem}: images that did not load: {state['broken_images']}"
-    assert not state["math_errors"], f"{stem}: TeX that MathJax could not typeset: {state['math_errors']}"
-    assert not state["raw_math"], f"{stem}: math left as raw TeX: {state['raw_math']}"
-    assert not state["directives"], f"{stem}: nbdev directives in the code shown: {state['directives']}"
-    assert state["widgets"] == entry["widgets"], (stem, state["widgets"], entry["widgets"])
-    assert all(drawn for _, drawn in state["explorables"]), f"{stem}: an explorable not drawn: {state['explorables']}"
-    assert state["fallbacks"] == 0, f"{stem}: an explorable still shows its fallback note"
-    kinds = sorted(kind for kind, _ in state["explorables"])
-    if stem == "02_explorer":  # lesson 02's two widgets are live on its page
-        assert kinds == ["hypersphere-replay", "temperature-explorer"], kinds
-    if stem == "explorables":  # and on their own page, with lessons 09 and 12's shipped results
-        assert kinds == ["figure-stepper"] * 3 + ["hypersphere-replay", "temperature-explorer"], kinds
-    if entry["notebook"] is None:
-        assert any(h.split("#")[0] == "index.html" for h in state["links"]), f"{stem}: no link back to the index"
-        return
-    nb = json.loads((NBS / entry["notebook"]).read_text(encoding="utf-8"))
-    prose = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
-    if re.search(r"\$[^$\n]+\$", re.sub(r"`[^`]*`", "", prose)):
-        assert state["math"] > 0, f"{stem}: the notebook's prose has math but the page typeset none"
-    for href in state["links"]:
-        target = href.split("#")[0]
-        if target.endswith(".html") and "://" not in target:
-            assert (out / target).is_file(), f"{stem}: a link to a page that does not exist: {href}"
-    if stem == "index":
-        linked = [h.split("#")[0] for h in state["links"]]
-        for other in manifest["pages"] + [manifest["explorables"]]:
-            if other["page"] != "index.html":
-                assert other["page"] in linked, f"the index does not link {other['page']}"
-        listed = [h for h in linked if h.endswith(".html") and h not in ("index.html", "explorables.html")]
-        order = [p["page"] for p in manifest["pages"] if p["page"] != "index.html"]
-        assert listed[-len(order):] == order, "the index's list of pages is not in course order"
+    check_page_state(stem, state, seen, out, manifest)
 
 
 # ---- what the builder refuses, and a failed rebuild (no browser, no lesson of the course run) ----------------------
