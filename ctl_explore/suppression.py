@@ -526,12 +526,16 @@ def multidigits_run(
     model, history, _ = train_contrastive(lambda idx, g: augment(train.images[idx], g), len(train), 1, config, progress,
                                           desc=f"MultiDigits scale={scale:g} τ={config.tau:g}", image_size=train.images.shape[-1])
     untrained = new_encoder(1, config)
-    x = lambda images: to_float(images, mean, std)
     probes = {"small_top1": ("images", "small_labels"), "big_top1": ("images", "big_labels"),
               "small_alone_top1": ("small_only", "small_labels"), "big_alone_top1": ("big_only", "big_labels")}
-    acc = {f"{prefix}{key}": _probe(m, x(getattr(train, images)), getattr(train, labels), x(getattr(test, images)),
-                                    getattr(test, labels), config)
-           for prefix, m in (("", model), ("random_init_", untrained)) for key, (images, labels) in probes.items()}
+    probe = LinearEvalConfig(epochs=config.linear_epochs, seed=config.seed)
+    acc = {}
+    for prefix, m in (("", model), ("random_init_", untrained)):
+        # each kind of canvas embedded once per encoder: the small and the big digit's probes read the same two-digit canvases
+        feats = {images: [features(m, to_float(getattr(split, images), mean, std)) for split in (train, test)]
+                 for images in dict.fromkeys(images for images, _ in probes.values())}
+        for key, (images, labels) in probes.items():
+            acc[f"{prefix}{key}"] = linear_probe(feats[images][0], getattr(train, labels), feats[images][1], getattr(test, labels), probe)["top1"]
     return dict(experiment="multidigits", scale=float(scale), tau=config.tau, seed=config.seed, **acc,
                 final_loss=history[-1], loss_history=history, small_px=int(train.small_boxes[0, 2]),
                 big_px=int(train.big_boxes[0, 2]), chance=_chance(test.small_labels), n_test=len(test),

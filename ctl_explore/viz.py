@@ -19,14 +19,19 @@ from .study.measure import run_embeddings
 __all__ = ['tsne_figure', 'similarity_histograms', 'uniformity_tolerance_plane']
 
 # %% ../nbs/10_embeddings.ipynb #2a8731d4
-def tsne_figure(embeddings: dict, perplexity: float = 30.0, seed: int = 0) -> go.Figure:
+def tsne_figure(
+    embeddings: dict,         # title -> `run_embeddings` output
+    perplexity: float = 30.0,
+    seed: int = 0,
+    max_iter: int = 500,      # t-SNE's iterations: a few hundred points have settled by 500 (scikit-learn's default is 1000)
+) -> go.Figure:
     "t-SNE of several runs' test embeddings side by side, coloured by class; `embeddings` maps a title to `run_embeddings` output."
     if not embeddings: raise ValueError("embeddings must hold at least one run")
     from sklearn.manifold import TSNE  # here, not at the top: importing it costs ~2 CPU-s that the module's other figures never need
     fig = make_subplots(rows=1, cols=len(embeddings), subplot_titles=[str(k) for k in embeddings])
     for col, (title, e) in enumerate(embeddings.items(), 1):
         z = e["z"].double().numpy()
-        xy = TSNE(n_components=2, perplexity=min(perplexity, (len(z) - 1) / 3), init="pca", random_state=seed).fit_transform(z)
+        xy = TSNE(n_components=2, perplexity=min(perplexity, (len(z) - 1) / 3), init="pca", random_state=seed, max_iter=max_iter).fit_transform(z)
         labels = e["labels"].numpy()
         for c in np.unique(labels):
             m = labels == c
