@@ -910,6 +910,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                   'ctl_explore.site._test_flags': ('site.html#_test_flags', 'ctl_explore/site.py'),
                                   'ctl_explore.site._value_text': ('site.html#_value_text', 'ctl_explore/site.py'),
                                   'ctl_explore.site._within': ('site.html#_within', 'ctl_explore/site.py'),
+                                  'ctl_explore.site._without_iri_grammar': ('site.html#_without_iri_grammar', 'ctl_explore/site.py'),
                                   'ctl_explore.site._write': ('site.html#_write', 'ctl_explore/site.py'),
                                   'ctl_explore.site.build_site': ('site.html#build_site', 'ctl_explore/site.py'),
                                   'ctl_explore.site.cell_directives': ('site.html#cell_directives', 'ctl_explore/site.py'),

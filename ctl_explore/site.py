@@ -172,8 +172,15 @@ def final_snapshots() -> None:
         blocks[str(k)] = "" if closed else (_live_block(w, k) or _snapshot_block(w, k))
     display({SNAPSHOTS_MIME: blocks}, raw=True)
 
+def _without_iri_grammar() -> None:
+    """Before this process first imports nbformat: jsonschema (under nbformat) then skips its optional check of the `iri`
+    format, whose package (rfc3987-syntax) builds three Earley parsers on import, about 3 CPU-s in every process of a
+    build. No schema the build validates (nbformat's) uses that format."""
+    if "jsonschema" not in sys.modules: sys.modules.setdefault("rfc3987_syntax", None)  # None: its import fails, jsonschema goes on without it
+
 def prepare_kernel() -> None:
     "In a lesson's kernel, before its first cell: plotly figures as JSON outputs, widgets' outputs with an HTML snapshot."
+    _without_iri_grammar()  # plotly.io imports nbformat, so jsonschema
     from IPython import get_ipython
     import plotly.io as pio
     pio.renderers.default = "plotly_mimetype"
@@ -207,6 +214,7 @@ def _first_line(source: str) -> str:
 
 def execute_lesson(path: str | Path, flags: list[str] | tuple[str, ...], timeout: int = 600) -> dict:
     "Run the notebook at `path` (cwd: its folder) as `nbdev-test` would; {'nb': executed notebook, 'seconds', 'skipped'}."
+    _without_iri_grammar()
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError, CellTimeoutError
@@ -441,6 +449,7 @@ def _nav(order: list[tuple[str, str]], i: int) -> str:
 
 def page_exporter():
     "nbconvert's HTMLExporter with the site's template (made once: compiling the template is the slow part)."
+    _without_iri_grammar()
     import jinja2
     from nbconvert import HTMLExporter
     return HTMLExporter(template_name="lab", template_file="ctl_site.html.j2",
@@ -537,6 +546,7 @@ def build_site(out: str | Path = "_site", nbs: str | Path | None = None, jobs: i
     flags, timeout = _test_flags(root)
     out = Path(out).resolve()
     if out == root or out in root.parents or out == nbs: raise SiteError(f"refusing to write the site over {out}")
+    _without_iri_grammar()
     claim_folder(out)  # before anything is written: a folder this command did not make is refused
     _assets(out)  # first, so that a missing MathJax stops the build before minutes of running lessons
     import nbformat
