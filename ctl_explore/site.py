@@ -435,10 +435,11 @@ def _assets(out: Path) -> None:
         if copy.exists(): shutil.rmtree(copy)  # ours (`claim_folder` vetted `out` first); rmtree follows no link inside
         shutil.copytree(mathjax, copy, ignore=shutil.ignore_patterns("SVG", "*.py"))
     except OSError as e: raise SiteError(f"cannot write {copy} ({e.strerror or e})") from None
-    from ctl_explore.explorables import EXPLORABLES_CSS, EXPLORABLES_JS
+    # the explorables' script and style as ctl_explore.explorables reads them (EXPLORABLES_JS, EXPLORABLES_CSS), read here
+    # from the same files: importing that module imports torch, seconds of CPU this process needs for nothing else
     _write(out, assets / "site.js", SITE_JS)
-    _write(out, assets / "explorables.js", EXPLORABLES_JS)
-    _write(out, assets / "site.css", SITE_CSS + EXPLORABLES_CSS)
+    _write(out, assets / "explorables.js", package_text("explorables.js"))
+    _write(out, assets / "site.css", SITE_CSS + package_text("explorables.css"))
 
 def _nav(order: list[tuple[str, str]], i: int) -> str:
     "The bar above and below a page: the previous lesson, the index, the next lesson (template `nav.html.j2`)."
