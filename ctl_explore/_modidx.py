@@ -902,6 +902,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                   'ctl_explore.site._note_output': ('site.html#_note_output', 'ctl_explore/site.py'),
                                   'ctl_explore.site._only': ('site.html#_only', 'ctl_explore/site.py'),
                                   'ctl_explore.site._output_html': ('site.html#_output_html', 'ctl_explore/site.py'),
+                                  'ctl_explore.site._pages_done': ('site.html#_pages_done', 'ctl_explore/site.py'),
                                   'ctl_explore.site._part': ('site.html#_part', 'ctl_explore/site.py'),
                                   'ctl_explore.site._parts': ('site.html#_parts', 'ctl_explore/site.py'),
                                   'ctl_explore.site._progress': ('site.html#_progress', 'ctl_explore/site.py'),

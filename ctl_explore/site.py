@@ -17,7 +17,7 @@ import shutil
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from markupsafe import Markup
@@ -532,6 +532,19 @@ def _instructors_pages(out: Path, nbs: Path, titles: dict[str, str], failed_page
     _write(out, out / "instructors.html", instructors_page(nbs, nav))
     _write(out, out / "figures.html", figures_page(pages, titles, nav))
 
+def _pages_done(tasks: dict, jobs: int):
+    "Yield (key, finished future) for each of `tasks` ({key: (function, arguments)}): run on `jobs` spawned processes, or with `jobs=1` one after another in this process."
+    if jobs == 1:
+        for key, (fn, args) in tasks.items():
+            fut = Future()
+            try: fut.set_result(fn(*args))
+            except Exception as e: fut.set_exception(e)
+            yield key, fut
+        return
+    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {pool.submit(fn, *args): key for key, (fn, args) in tasks.items()}
+        for fut in as_completed(futures): yield futures[fut], fut
+
 def build_site(out: str | Path = "_site", nbs: str | Path | None = None, jobs: int = 2, only: str | None = None,
                progress: bool = True, explorables: bool = True) -> Path:
     "Run every lesson in `nbs` (default: the project's nbs/) on `jobs` processes and write the static site to `out`."
@@ -558,21 +571,17 @@ def build_site(out: str | Path = "_site", nbs: str | Path | None = None, jobs: i
                  pages=[dict(stem=stem, number=stem.split("_")[0], title=title) for stem, title in order if stem != "index"])
     entries, failures = {}, {}
     bar = _progress(len(notebooks), "running lessons") if progress else _progress(0, "")
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(jobs, len(notebooks)), mp_context=ctx) as pool:
-        futures = {pool.submit(_build_page, p, flags, timeout, out, order, i, toc if p.stem == "index" else ""): p
-                   for i, p in enumerate(notebooks)}
-        index_nav = render("nav.html.j2", prev=None, next=None).rstrip("\n")
-        if explorables: futures[pool.submit(_build_explorables, out, index_nav, root / "data")] = "explorables"
-        for fut in as_completed(futures):
-            p = futures[fut]
-            name = "explorables.html" if p == "explorables" else p.name
-            try: entries[p] = fut.result()
-            except SiteError as e: failures[p] = str(e)
-            except Exception as e: failures[p] = f"{name}: {type(e).__name__}: {e}"
-            if p == "explorables": continue
-            bar.set_postfix_str(p.stem[:24])
-            bar.update(1)
+    tasks = {p: (_build_page, (p, flags, timeout, out, order, i, toc if p.stem == "index" else "")) for i, p in enumerate(notebooks)}
+    index_nav = render("nav.html.j2", prev=None, next=None).rstrip("\n")
+    if explorables: tasks["explorables"] = (_build_explorables, (out, index_nav, root / "data"))
+    for p, fut in _pages_done(tasks, jobs):
+        name = "explorables.html" if p == "explorables" else p.name
+        try: entries[p] = fut.result()
+        except SiteError as e: failures[p] = str(e)
+        except Exception as e: failures[p] = f"{name}: {type(e).__name__}: {e}"
+        if p == "explorables": continue
+        bar.set_postfix_str(p.stem[:24])
+        bar.update(1)
     bar.close()
     # A page that failed must not stay on the site as an earlier build left it: it becomes a page saying it failed,
     # and the index's list marks it.
