@@ -17,7 +17,7 @@ import shutil
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from markupsafe import Markup
@@ -172,8 +172,15 @@ def final_snapshots() -> None:
         blocks[str(k)] = "" if closed else (_live_block(w, k) or _snapshot_block(w, k))
     display({SNAPSHOTS_MIME: blocks}, raw=True)
 
+def _without_iri_grammar() -> None:
+    """Before this process first imports nbformat: jsonschema (under nbformat) then skips its optional check of the `iri`
+    format, whose package (rfc3987-syntax) builds three Earley parsers on import, about 3 CPU-s in every process of a
+    build. No schema the build validates (nbformat's) uses that format."""
+    if "jsonschema" not in sys.modules: sys.modules.setdefault("rfc3987_syntax", None)  # None: its import fails, jsonschema goes on without it
+
 def prepare_kernel() -> None:
     "In a lesson's kernel, before its first cell: plotly figures as JSON outputs, widgets' outputs with an HTML snapshot."
+    _without_iri_grammar()  # plotly.io imports nbformat, so jsonschema
     from IPython import get_ipython
     import plotly.io as pio
     pio.renderers.default = "plotly_mimetype"
@@ -207,6 +214,7 @@ def _first_line(source: str) -> str:
 
 def execute_lesson(path: str | Path, flags: list[str] | tuple[str, ...], timeout: int = 600) -> dict:
     "Run the notebook at `path` (cwd: its folder) as `nbdev-test` would; {'nb': executed notebook, 'seconds', 'skipped'}."
+    _without_iri_grammar()
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError, CellTimeoutError
@@ -427,10 +435,11 @@ def _assets(out: Path) -> None:
         if copy.exists(): shutil.rmtree(copy)  # ours (`claim_folder` vetted `out` first); rmtree follows no link inside
         shutil.copytree(mathjax, copy, ignore=shutil.ignore_patterns("SVG", "*.py"))
     except OSError as e: raise SiteError(f"cannot write {copy} ({e.strerror or e})") from None
-    from ctl_explore.explorables import EXPLORABLES_CSS, EXPLORABLES_JS
+    # the explorables' script and style as ctl_explore.explorables reads them (EXPLORABLES_JS, EXPLORABLES_CSS), read here
+    # from the same files: importing that module imports torch, seconds of CPU this process needs for nothing else
     _write(out, assets / "site.js", SITE_JS)
-    _write(out, assets / "explorables.js", EXPLORABLES_JS)
-    _write(out, assets / "site.css", SITE_CSS + EXPLORABLES_CSS)
+    _write(out, assets / "explorables.js", package_text("explorables.js"))
+    _write(out, assets / "site.css", SITE_CSS + package_text("explorables.css"))
 
 def _nav(order: list[tuple[str, str]], i: int) -> str:
     "The bar above and below a page: the previous lesson, the index, the next lesson (template `nav.html.j2`)."
@@ -441,6 +450,7 @@ def _nav(order: list[tuple[str, str]], i: int) -> str:
 
 def page_exporter():
     "nbconvert's HTMLExporter with the site's template (made once: compiling the template is the slow part)."
+    _without_iri_grammar()
     import jinja2
     from nbconvert import HTMLExporter
     return HTMLExporter(template_name="lab", template_file="ctl_site.html.j2",
@@ -522,6 +532,19 @@ def _instructors_pages(out: Path, nbs: Path, titles: dict[str, str], failed_page
     _write(out, out / "instructors.html", instructors_page(nbs, nav))
     _write(out, out / "figures.html", figures_page(pages, titles, nav))
 
+def _pages_done(tasks: dict, jobs: int):
+    "Yield (key, finished future) for each of `tasks` ({key: (function, arguments)}): run on `jobs` spawned processes, or with `jobs=1` one after another in this process."
+    if jobs == 1:
+        for key, (fn, args) in tasks.items():
+            fut = Future()
+            try: fut.set_result(fn(*args))
+            except Exception as e: fut.set_exception(e)
+            yield key, fut
+        return
+    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {pool.submit(fn, *args): key for key, (fn, args) in tasks.items()}
+        for fut in as_completed(futures): yield futures[fut], fut
+
 def build_site(out: str | Path = "_site", nbs: str | Path | None = None, jobs: int = 2, only: str | None = None,
                progress: bool = True, explorables: bool = True) -> Path:
     "Run every lesson in `nbs` (default: the project's nbs/) on `jobs` processes and write the static site to `out`."
@@ -537,6 +560,7 @@ def build_site(out: str | Path = "_site", nbs: str | Path | None = None, jobs: i
     flags, timeout = _test_flags(root)
     out = Path(out).resolve()
     if out == root or out in root.parents or out == nbs: raise SiteError(f"refusing to write the site over {out}")
+    _without_iri_grammar()
     claim_folder(out)  # before anything is written: a folder this command did not make is refused
     _assets(out)  # first, so that a missing MathJax stops the build before minutes of running lessons
     import nbformat
@@ -547,21 +571,17 @@ def build_site(out: str | Path = "_site", nbs: str | Path | None = None, jobs: i
                  pages=[dict(stem=stem, number=stem.split("_")[0], title=title) for stem, title in order if stem != "index"])
     entries, failures = {}, {}
     bar = _progress(len(notebooks), "running lessons") if progress else _progress(0, "")
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(jobs, len(notebooks)), mp_context=ctx) as pool:
-        futures = {pool.submit(_build_page, p, flags, timeout, out, order, i, toc if p.stem == "index" else ""): p
-                   for i, p in enumerate(notebooks)}
-        index_nav = render("nav.html.j2", prev=None, next=None).rstrip("\n")
-        if explorables: futures[pool.submit(_build_explorables, out, index_nav, root / "data")] = "explorables"
-        for fut in as_completed(futures):
-            p = futures[fut]
-            name = "explorables.html" if p == "explorables" else p.name
-            try: entries[p] = fut.result()
-            except SiteError as e: failures[p] = str(e)
-            except Exception as e: failures[p] = f"{name}: {type(e).__name__}: {e}"
-            if p == "explorables": continue
-            bar.set_postfix_str(p.stem[:24])
-            bar.update(1)
+    tasks = {p: (_build_page, (p, flags, timeout, out, order, i, toc if p.stem == "index" else "")) for i, p in enumerate(notebooks)}
+    index_nav = render("nav.html.j2", prev=None, next=None).rstrip("\n")
+    if explorables: tasks["explorables"] = (_build_explorables, (out, index_nav, root / "data"))
+    for p, fut in _pages_done(tasks, jobs):
+        name = "explorables.html" if p == "explorables" else p.name
+        try: entries[p] = fut.result()
+        except SiteError as e: failures[p] = str(e)
+        except Exception as e: failures[p] = f"{name}: {type(e).__name__}: {e}"
+        if p == "explorables": continue
+        bar.set_postfix_str(p.stem[:24])
+        bar.update(1)
     bar.close()
     # A page that failed must not stay on the site as an earlier build left it: it becomes a page saying it failed,
     # and the index's list marks it.

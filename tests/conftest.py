@@ -14,6 +14,7 @@ Pick a profile with the environment variable ``HYPOTHESIS_PROFILE``:
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 import torch
@@ -22,6 +23,12 @@ from hypothesis import HealthCheck, settings
 # The tests only build tiny tensors: intra-op threads buy nothing there, and on a small machine shared with other
 # jobs (benchmarks, notebooks) their spin-waits made single ops ~100x slower. One thread keeps the suite fast.
 torch.set_num_threads(1)
+
+# nbformat (imported by the notebook and site tests, and under plotly.io) imports jsonschema, which imports
+# rfc3987-syntax for its optional check of the `iri` format: that package builds three Earley parsers on import, about
+# 3 CPU-s in each pytest process. No test validates that format, so the import is made to fail and jsonschema goes on
+# without it (ctl_explore.site does the same in the processes of a site build).
+if "jsonschema" not in sys.modules: sys.modules.setdefault("rfc3987_syntax", None)
 
 _common = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", max_examples=50, **_common)

@@ -81,6 +81,9 @@ def _stop_server(proc: subprocess.Popen, url: str, token: str) -> None:
             continue
 
 
+_NO_IRI_GRAMMAR = "import sys; sys.modules.setdefault('rfc3987_syntax', None)"
+
+
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     "A JupyterLab server on 127.0.0.1 with its own token and throw-away config, data, runtime and settings dirs."
@@ -93,11 +96,19 @@ def lab(tmp_path_factory):
                JUPYTER_RUNTIME_DIR=str(tmp / "runtime"), JUPYTERLAB_SETTINGS_DIR=str(tmp / "settings"),
                JUPYTERLAB_WORKSPACES_DIR=str(tmp / "workspaces"), IPYTHONDIR=str(tmp / "ipython"),
                JUPYTER_PLATFORM_DIRS="0")
+    # The server (through jupyter_events) and the lesson's kernel (through plotly.io and nbformat) import jsonschema, which
+    # imports rfc3987-syntax for its optional `iri` format check: three Earley parsers built on import, about 3 CPU-s in
+    # each process. Nothing here validates that format, so in both its import fails and jsonschema goes on without it:
+    # the server is `python -m jupyterlab` run after that line, the kernel reads it from this IPython dir's startup file.
+    startup = tmp / "ipython" / "profile_default" / "startup" / "00-no-iri-grammar.py"
+    startup.parent.mkdir(parents=True)
+    startup.write_text(_NO_IRI_GRAMMAR + "\n")
     port, token = _free_port(), secrets.token_hex(16)
     url = f"http://127.0.0.1:{port}"
     log = open(tmp / "server.log", "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
+        [sys.executable, "-c", f"{_NO_IRI_GRAMMAR}; import runpy; runpy.run_module('jupyterlab', run_name='__main__', alter_sys=True)",
+         "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
          "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={REPO}",
          "--LabApp.expose_app_in_browser=True", "--LabApp.extension_manager=readonly", "--ServerApp.terminals_enabled=False",
          *(["--ServerApp.allow_root=True"] if os.geteuid() == 0 else [])],
