@@ -132,7 +132,7 @@ _DIGITS_200 = dict(width=8, image_size=8, epochs=200, warmup_epochs=20, eval_eve
                    extend_epochs=50, max_epochs=400)  # the regime of the digits study's first five runs (benchmarks/results/study.md)
 _DIGITS = {**_DIGITS_200, "epochs": 100, "warmup_epochs": 10, "extend_epochs": 25, "max_epochs": 200}  # the same schedule at half the length
 PRESETS = {
-    "smoke": StudyPreset.make("smoke", width=4, epochs=3, warmup_epochs=1, taus=(0.1, 0.5), seeds=(0, 1), linear_epochs=5,
+    "smoke": StudyPreset.make("smoke", width=4, image_size=8, epochs=3, warmup_epochs=1, taus=(0.1, 0.5), seeds=(0, 1), linear_epochs=5,
                          note="a miniature for tests: seconds, numbers meaningless"),
     "digits": StudyPreset.make("digits", **_DIGITS,
                           note="the embedded default: 42 runs of a width-8 ConvNet on 1438 digits at their native 8 × 8 pixels, "
