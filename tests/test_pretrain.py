@@ -1,4 +1,5 @@
-"""Pretraining and linear evaluation end to end: exact resume after SIGKILL, the 2-process gloo run against one process (its monitor in process 0 only),
+"""Pretraining and linear evaluation end to end: exact resume after SIGKILL (the 2-process gloo run against one process is in
+test_train_distributed.py, which shares its torchrun launch),
 pretraining beating a random backbone, every loss without NaN (including [CLL20]'s feature losses of lesson 11), and
 the command line's help and errors."""
 from __future__ import annotations
@@ -83,42 +84,6 @@ def test_resume_after_sigkill_gives_the_uninterrupted_metrics(tmp_path, capsys):
     lines = [json.loads(l) for l in (killed / "metrics.jsonl").read_text().splitlines()]
     assert [l["epoch"] for l in lines] == [1, 2, 3, 4]  # no epoch lost or written twice
     assert not [p.name for p in killed.iterdir() if p.name.endswith(".tmp")]  # a temporary file of the killed writer is gone
-
-
-MARKING_CLI = """\
-import os, sys, uuid
-from pathlib import Path
-import ctl_explore.train as train
-from ctl_explore.cli import main
-
-original = train.evaluate
-def evaluate(*args, **kwargs):
-    Path(os.environ["MARKS"], f"rank{os.environ['RANK']}-{uuid.uuid4().hex}").touch()
-    return original(*args, **kwargs)
-train.evaluate = evaluate
-sys.exit(main(sys.argv[1:]))
-"""
-
-
-@pytest.mark.slow
-def test_two_gloo_processes_match_one(tmp_path, capsys):
-    args = ["pretrain", *TINY, "--epochs", "2", "--norm", "group", "--device", "cpu"]
-    one, two = tmp_path / "one", tmp_path / "two"
-    assert cli_here(capsys, *args, "--out", str(one)).returncode == 0  # the one process: this one
-    # the command line, with `evaluate` wrapped so that every call leaves a mark naming the process that made it
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    script = tmp_path / "cli_marking_evaluations.py"
-    script.write_text(MARKING_CLI)
-    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone",
-                          str(script), *args, "--out", str(two)], env={**ENV, "MARKS": str(marks)}, capture_output=True,
-                         text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-3000:]
-    # the monitor measured the embedding in process 0 only, once per epoch; process 1 waited
-    assert sorted(m.name.split("-")[0] for m in marks.iterdir()) == ["rank0", "rank0"]
-    a, b = (load_checkpoint(r / "checkpoint.pt") for r in (one, two))
-    torch.testing.assert_close(b["bank"]["features"], a["bank"]["features"], atol=1e-4, rtol=1e-4)
-    for key in a["model"]: torch.testing.assert_close(b["model"][key], a["model"][key], atol=1e-4, rtol=1e-4, msg=key)
 
 
 @pytest.mark.slow

@@ -1,10 +1,12 @@
 """Issue 24 under torchrun, on the CPU with two gloo processes: batch norm over the global batch without a boolean mask
 (values and gradients equal to one process's batch norm over the concatenated batch, 0 host syncs per step with the
 paper presets' network), a missing peer that times out in a sentence and obeys Ctrl-C, and a failing or silent rank that
-cannot hang its peers."""
+cannot hang its peers; and the whole command under torchrun against one process, with batch norm (GlobalBatchNorm) and
+with group norm (its monitor in process 0 only)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -308,20 +310,53 @@ def test_a_failing_or_silent_rank_cannot_hang_its_peer(tmp_path, fail):
         assert "timed out" in last.lower() or "timeout" in last.lower()  # gloo says "Timed out waiting" or "Application timeout"
 
 
-GLOBAL_THEN_PER_PROCESS_BN = """
-import os, sys
+# ---------------------------------------------------------------- the whole command under torchrun, against one process
+
+# Two tests' runs in one torchrun launch (a launcher and two workers cost ~15 CPU-s of imports before the first step):
+# GlobalBatchNorm, its control with batch norm per process, then the group-norm run whose evaluations leave marks.
+THREE_RUNS = """
+import json, os, sys, uuid
+from pathlib import Path
 from ctl_explore import distributed
+import ctl_explore.train as train
 from ctl_explore.cli import main
-global_out, per_process_out, control_port, *args = sys.argv[1:]
-if main([*args, "--out", global_out]) != 0: sys.exit(1)  # joins torchrun's group, trains, and leaves the group
+(global_out, per_process_out, per_process_port, bn_args), (marking_out, marking_port, marks, marking_args) = json.loads(sys.argv[1])
+if main([*bn_args, "--out", global_out]) != 0: sys.exit(1)  # joins torchrun's group, trains, and leaves the group
 # the control in the same two processes, which pretrain makes a group of again: at another port, where process 0 hosts its store
-os.environ.update(MASTER_PORT=control_port, TORCHELASTIC_USE_AGENT_STORE="False")  # torchrun's agent serves the first port only
-distributed.global_batchnorm = lambda module: module  # each process normalises with its own half of the batch
-sys.exit(main([*args, "--out", per_process_out]))
+os.environ.update(MASTER_PORT=per_process_port, TORCHELASTIC_USE_AGENT_STORE="False")  # torchrun's agent serves the first port only
+original_bn, distributed.global_batchnorm = distributed.global_batchnorm, lambda module: module  # each process: its own half
+if main([*bn_args, "--out", per_process_out]) != 0: sys.exit(1)
+distributed.global_batchnorm = original_bn
+# the group-norm run, with `evaluate` wrapped so that every call leaves a mark naming the process that made it
+original = train.evaluate
+def evaluate(*args, **kwargs):
+    Path(marks, f"rank{os.environ['RANK']}-{uuid.uuid4().hex}").touch()
+    return original(*args, **kwargs)
+train.evaluate = evaluate
+os.environ.update(MASTER_PORT=marking_port)
+sys.exit(main([*marking_args, "--out", marking_out]))
 """
+BN_ARGS = ["pretrain", *TINY, "--epochs", "1", "--batch-size", "512"]
+GROUP_ARGS = ["pretrain", "--width", "8", "--out-dim", "32", "--batch-size", "64", "--quiet", "--epochs", "2", "--norm", "group",
+              "--device", "cpu"]
 
 
-def test_two_processes_with_batch_norm_train_as_one(tmp_path, capsys):
+@pytest.fixture(scope="module")
+def torchrun_runs(tmp_path_factory) -> Path:
+    "One torchrun launch (2 workers) for the two tests below; each test makes its one-process run itself."
+    out = tmp_path_factory.mktemp("torchrun_runs")
+    (out / "marks").mkdir()
+    script = out / "three_runs.py"
+    script.write_text(THREE_RUNS)
+    runs = [[str(out / "global"), str(out / "per_process"), str(free_port()), BN_ARGS],
+            [str(out / "two"), str(free_port()), str(out / "marks"), GROUP_ARGS]]
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", str(script),
+                          json.dumps(runs)], env=ENV, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return out
+
+
+def test_two_processes_with_batch_norm_train_as_one(torchrun_runs, tmp_path, capsys):
     # the whole command under torchrun with norm="batch" (GlobalBatchNorm in each process) against one process, at batch 512:
     # the epoch's 2 steps. Exact equality of the weights is out of reach in float32: the ConvNet's max-pooling flips near-ties
     # on last-bit differences of the statistics (measured at batch 64: weights 1e-7 apart after 2 steps, 1e-3 after the
@@ -332,16 +367,9 @@ def test_two_processes_with_batch_norm_train_as_one(tmp_path, capsys):
     # here); the GlobalBatchNorm run and the control run one after the other in the same two torchrun workers (each new
     # process costs ~5 CPU-s of imports before its first step), each joining its group through pretrain.
     from ctl_explore.cli import main
-    args = ["pretrain", *TINY, "--epochs", "1", "--batch-size", "512"]
-    runs = {name: tmp_path / name for name in ("one", "global", "per_process")}
-    assert main([*args, "--out", str(runs["one"])]) == 0
+    runs = {"one": tmp_path / "one", "global": torchrun_runs / "global", "per_process": torchrun_runs / "per_process"}
+    assert main([*BN_ARGS, "--out", str(runs["one"])]) == 0
     capsys.readouterr()
-    script = tmp_path / "global_then_per_process_bn.py"
-    script.write_text(GLOBAL_THEN_PER_PROCESS_BN)
-    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", str(script),
-                          str(runs["global"]), str(runs["per_process"]), str(free_port()), *args], env=ENV, capture_output=True,
-                         text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-3000:]
     from ctl_explore.train import load_checkpoint
     one, glob, per = (load_checkpoint(runs[n] / "checkpoint.pt") for n in ("one", "global", "per_process"))
     def gaps(other):
@@ -351,6 +379,20 @@ def test_two_processes_with_batch_norm_train_as_one(tmp_path, capsys):
     print(f"GlobalBatchNorm: loss {loss_g:.1e}, weights {weight_g:.1e}; per process: loss {loss_p:.1e}, weights {weight_p:.1e}")
     assert loss_g < 1e-5 and weight_g < 1e-3, (loss_g, weight_g)   # measured: 4e-7 and 3e-4
     assert loss_p > 10 * loss_g and weight_p > 3 * weight_g, (loss_p, weight_p, loss_g, weight_g)
+
+
+def test_two_gloo_processes_match_one(torchrun_runs, tmp_path, capsys):
+    "The 2-process gloo run (group norm) against one process, its monitor in process 0 only."
+    from ctl_explore.cli import main
+    from ctl_explore.train import load_checkpoint
+    one, two = tmp_path / "one", torchrun_runs / "two"
+    assert main([*GROUP_ARGS, "--out", str(one)]) == 0  # the one process: this one
+    capsys.readouterr()
+    # the monitor measured the embedding in process 0 only, once per epoch; process 1 waited
+    assert sorted(m.name.split("-")[0] for m in (torchrun_runs / "marks").iterdir()) == ["rank0", "rank0"]
+    a, b = (load_checkpoint(r / "checkpoint.pt") for r in (one, two))
+    torch.testing.assert_close(b["bank"]["features"], a["bank"]["features"], atol=1e-4, rtol=1e-4)
+    for key in a["model"]: torch.testing.assert_close(b["model"][key], a["model"][key], atol=1e-4, rtol=1e-4, msg=key)
 
 
 def test_only_a_failed_collective_is_called_a_lost_peer():
