@@ -2,12 +2,11 @@
 
 The toy step (ResNet18 under bf16 autocast on the CPU) costs about 0.23 CPU-s per image, linearly in the batch, so the
 tests run the smallest batches (2 and 3), one timed step and no warm-up unless a test counts them: what they check is the
-page, the rows and the control flow, not the numbers."""
+page, the rows and the control flow, not the numbers. Its two-process case under torchrun is in
+test_train_distributed.py, which shares one torchrun launch among three tests."""
 from __future__ import annotations
 
 import importlib.util
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -98,20 +97,6 @@ def test_it_times_pretrains_own_step(bench, monkeypatch):
     monkeypatch.setattr(bench, "training_step", lambda *a: calls.append(a[-1]) or ctl_explore.train.training_step(*a))
     bench.main(["--toy", "--device", "cpu", "--rows", "4", "--batch", "2", "--steps", "2", "--warmup", "1", "--negatives", "bank"])
     assert calls == [slice(0, 2)] * 4  # one process: the whole global batch; the FLOP count's step, warm-up and timed steps
-
-
-@pytest.mark.slow
-def test_two_processes_under_torchrun(tmp_path):
-    # the N-GPU case of the script, on the CPU: two gloo processes, DDP, each its half of the batch; process 0 writes
-    out = tmp_path / "gpu-2.md"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(BENCH),
-                          "--toy", "--device", "cpu", "--rows", "4", "--batch", "2", "--steps", "1", "--warmup", "0",
-                          "--out", str(out)], env=env, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
-    text = out.read_text()
-    assert "2 processes under torchrun" in text and "| bank | 2 | 2 | off |" in text
-    assert "torchrun --standalone --nproc_per_node=2 benchmarks/bench_gpu.py" in text
 
 
 # ---------------------------------------------------------------- issue 24: rows as they finish, failures as rows, the hard loss, spread

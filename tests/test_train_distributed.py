@@ -2,7 +2,7 @@
 (values and gradients equal to one process's batch norm over the concatenated batch, 0 host syncs per step with the
 paper presets' network), a missing peer that times out in a sentence and obeys Ctrl-C, and a failing or silent rank that
 cannot hang its peers; and the whole command under torchrun against one process, with batch norm (GlobalBatchNorm) and
-with group norm (its monitor in process 0 only)."""
+with group norm (its monitor in process 0 only); and the GPU benchmark's script in two processes."""
 from __future__ import annotations
 
 import contextlib
@@ -312,15 +312,18 @@ def test_a_failing_or_silent_rank_cannot_hang_its_peer(tmp_path, fail):
 
 # ---------------------------------------------------------------- the whole command under torchrun, against one process
 
-# Two tests' runs in one torchrun launch (a launcher and two workers cost ~15 CPU-s of imports before the first step):
-# GlobalBatchNorm, its control with batch norm per process, then the group-norm run whose evaluations leave marks.
-THREE_RUNS = """
-import json, os, sys, uuid
+# Three tests' runs in one torchrun launch (a launcher and two workers cost ~15 CPU-s of imports before the first step):
+# GlobalBatchNorm, its control with batch norm per process, the group-norm run whose evaluations leave marks, then the
+# GPU benchmark's script (its `main`, as its `__main__` calls it) at its toy size.
+TORCHRUN_RUNS = """
+import importlib.util, json, os, sys, uuid
 from pathlib import Path
 from ctl_explore import distributed
 import ctl_explore.train as train
 from ctl_explore.cli import main
-(global_out, per_process_out, per_process_port, bn_args), (marking_out, marking_port, marks, marking_args) = json.loads(sys.argv[1])
+runs = json.loads(sys.argv[1])
+(global_out, per_process_out, per_process_port, bn_args), (marking_out, marking_port, marks, marking_args) = runs[:2]
+bench_path, bench_port, bench_args = runs[2]
 if main([*bn_args, "--out", global_out]) != 0: sys.exit(1)  # joins torchrun's group, trains, and leaves the group
 # the control in the same two processes, which pretrain makes a group of again: at another port, where process 0 hosts its store
 os.environ.update(MASTER_PORT=per_process_port, TORCHELASTIC_USE_AGENT_STORE="False")  # torchrun's agent serves the first port only
@@ -334,8 +337,17 @@ def evaluate(*args, **kwargs):
     return original(*args, **kwargs)
 train.evaluate = evaluate
 os.environ.update(MASTER_PORT=marking_port)
-sys.exit(main([*marking_args, "--out", marking_out]))
+if main([*marking_args, "--out", marking_out]) != 0: sys.exit(1)
+train.evaluate = original
+# the benchmark script under torchrun, exited with its `__main__`'s status: 1 when a case failed
+spec = importlib.util.spec_from_file_location("bench_gpu", bench_path)
+bench = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench)
+os.environ.update(MASTER_PORT=bench_port)
+sys.exit(1 if any(r.get("error") for r in bench.main(bench_args)) else 0)
 """
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_gpu.py"
+BENCH_ARGS = ["--toy", "--device", "cpu", "--rows", "4", "--batch", "2", "--steps", "1", "--warmup", "0"]
 BN_ARGS = ["pretrain", *TINY, "--epochs", "1", "--batch-size", "512"]
 GROUP_ARGS = ["pretrain", "--width", "8", "--out-dim", "32", "--batch-size", "64", "--quiet", "--epochs", "2", "--norm", "group",
               "--device", "cpu"]
@@ -343,13 +355,14 @@ GROUP_ARGS = ["pretrain", "--width", "8", "--out-dim", "32", "--batch-size", "64
 
 @pytest.fixture(scope="module")
 def torchrun_runs(tmp_path_factory) -> Path:
-    "One torchrun launch (2 workers) for the two tests below; each test makes its one-process run itself."
+    "One torchrun launch (2 workers) for the three tests below; the first two make their one-process runs themselves."
     out = tmp_path_factory.mktemp("torchrun_runs")
     (out / "marks").mkdir()
-    script = out / "three_runs.py"
-    script.write_text(THREE_RUNS)
+    script = out / "torchrun_runs.py"
+    script.write_text(TORCHRUN_RUNS)
     runs = [[str(out / "global"), str(out / "per_process"), str(free_port()), BN_ARGS],
-            [str(out / "two"), str(free_port()), str(out / "marks"), GROUP_ARGS]]
+            [str(out / "two"), str(free_port()), str(out / "marks"), GROUP_ARGS],
+            [str(BENCH), str(free_port()), [*BENCH_ARGS, "--out", str(out / "gpu-2.md")]]]
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", str(script),
                           json.dumps(runs)], env=ENV, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
@@ -393,6 +406,14 @@ def test_two_gloo_processes_match_one(torchrun_runs, tmp_path, capsys):
     a, b = (load_checkpoint(r / "checkpoint.pt") for r in (one, two))
     torch.testing.assert_close(b["bank"]["features"], a["bank"]["features"], atol=1e-4, rtol=1e-4)
     for key in a["model"]: torch.testing.assert_close(b["model"][key], a["model"][key], atol=1e-4, rtol=1e-4, msg=key)
+
+
+def test_two_processes_under_torchrun(torchrun_runs):
+    """benchmarks/bench_gpu.py (test_bench_gpu.py tests it in one process) in its N-GPU case, on the CPU: two gloo
+    processes, DDP, each its half of the batch; process 0 writes."""
+    text = (torchrun_runs / "gpu-2.md").read_text()
+    assert "2 processes under torchrun" in text and "| bank | 2 | 2 | off |" in text
+    assert "torchrun --standalone --nproc_per_node=2 benchmarks/bench_gpu.py" in text
 
 
 def test_only_a_failed_collective_is_called_a_lost_peer():
