@@ -19,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-MEASURES = ("linear_top1", "uniformity", "tolerance", "alignment", "neighbour_purity")
+from ctl_explore.study.rows import COMPARED as MEASURES, compare_studies
 
 
 def load_rows(where: str | Path) -> list[dict]:
@@ -30,32 +30,12 @@ def load_rows(where: str | Path) -> list[dict]:
     return json.loads(p.read_text())
 
 
-def epochs_of(row: dict) -> int | None:
-    "How many epochs a run trained: its trajectory's last epoch."
-    t = row.get("trajectory") or []
-    return t[-1]["epoch"] if t else None
-
-
 def verdicts(rows: list[dict]) -> dict[int, str]:
     "Each finding's verdict from the package's judge, against the digits preset's plan."
     from ctl_explore.study.findings import findings
     from ctl_explore.study.judge import planned_cells
     from ctl_explore.study.plan import get_preset
     return {f.number: f.verdict for f in findings(rows, plan=planned_cells(get_preset("digits")))}
-
-
-def compare(ref: list[dict], other: list[dict]) -> dict:
-    "Rows equal, largest differences, runs of another length, between two studies' rows (matched by run name)."
-    a, b = {r["run"]: r for r in ref}, {r["run"]: r for r in other}
-    common = sorted(set(a) & set(b))
-    equal = sum(all(a[k].get(m) == b[k].get(m) for m in MEASURES + ("probe_correct",)) for k in common)
-    diffs = {m: max((abs(a[k][m] - b[k][m]) for k in common if a[k].get(m) is not None and b[k].get(m) is not None), default=0.0)
-             for m in MEASURES}
-    images = max((sum(x != y for x, y in zip(a[k]["probe_correct"], b[k]["probe_correct"])) for k in common
-                  if a[k].get("probe_correct") and b[k].get("probe_correct")), default=0)
-    lengths = [(k, epochs_of(a[k]), epochs_of(b[k])) for k in common if epochs_of(a[k]) != epochs_of(b[k])]
-    return dict(common=len(common), only_ref=sorted(set(a) - set(b)), only_other=sorted(set(b) - set(a)), equal=equal,
-                diffs=diffs, images=images, lengths=lengths)
 
 
 def main(argv=None) -> int:
@@ -72,10 +52,11 @@ def main(argv=None) -> int:
     out = [f"| study | rows equal to {names[0]}'s | largest difference: " + ", ".join(MEASURES) +
            " | most test images classified differently (of a run's 359) | runs of another length |", "|---|---:|---|---:|---|"]
     for name, r in zip(names[1:], rows[1:]):
-        c = compare(rows[0], r)
-        out.append(f"| {name} | {c['equal']} of {c['common']} | " + ", ".join(f"{c['diffs'][m]:.3f}" for m in MEASURES) +
-                   f" | {c['images']} | {len(c['lengths'])}: " + ", ".join(f"{k} {x}→{y}" for k, x, y in c["lengths"][:6]) +
-                   (" …" if len(c["lengths"]) > 6 else "") + " |")
+        c = compare_studies(rows[0], r)
+        lengths = [(k, x, y) for k, (x, y) in c["lengths"].items()]
+        out.append(f"| {name} | {c['equal']} of {c['runs']} | " + ", ".join(f"{c['largest'][m]:.3f}" for m in MEASURES) +
+                   f" | {c['images']} | {len(lengths)}: " + ", ".join(f"{k} {x}→{y}" for k, x, y in lengths[:6]) +
+                   (" …" if len(lengths) > 6 else "") + " |")
     numbers = sorted(found[0])
     out += ["", "| finding | " + " | ".join(names) + " | agree |", "|---|" + "---|" * len(names) + "---|"]
     agree = 0

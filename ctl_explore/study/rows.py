@@ -26,9 +26,9 @@ from .plan import check_preset, run_name, StudyPreset
 
 # %% auto #0
 __all__ = ['RESULT_KEYS', 'SEAL_KEYS', 'FIELD_RULES', 'FAILED_KEYS', 'STUDY_MARKER', 'STUDY_ENTRIES', 'REPORT_GENERATOR',
-           'StudyError', 'row_checksum', 'seal_row', 'unsealed', 'file_digest', 'row_problems', 'nonfinite_problem',
-           'row_mismatches', 'failed_row', 'is_stretch', 'saved_row', 'claim_study_folder', 'write_results',
-           'load_results']
+           'COMPARED', 'StudyError', 'row_checksum', 'seal_row', 'unsealed', 'file_digest', 'row_problems',
+           'nonfinite_problem', 'row_mismatches', 'failed_row', 'is_stretch', 'saved_row', 'claim_study_folder',
+           'write_results', 'load_results', 'compare_studies']
 
 # %% ../../nbs/22_study_rows.ipynb #326d67de
 RESULT_KEYS = ("run", "loss", "tau", "alpha", "lam", "seed", "linear_top1", "uniformity", "tolerance", "alignment",
@@ -403,3 +403,31 @@ def load_results(path: str | Path) -> list[dict]:
             name = r["run"] if FIELD_RULES["run"][0](r.get("run")) else f"number {i + 1}"
             raise StudyError(f"{path} is not a valid results.json: its row {name} is wrong ({'; '.join(problems[:3])})")
     return rows
+
+# %% ../../nbs/22_study_rows.ipynb #c3706cce
+COMPARED = ("linear_top1", "uniformity", "tolerance", "alignment", "neighbour_purity")  # the measures `compare_studies` reports
+
+def _epochs(row: dict) -> int | None:
+    "The epochs a run trained for: its configuration's, else its trajectory's last epoch."
+    if isinstance(row.get("config"), dict) and row["config"].get("epochs") is not None: return row["config"]["epochs"]
+    return row["trajectory"][-1]["epoch"] if row.get("trajectory") else None
+
+def compare_studies(reference: list[dict], other: list[dict]) -> dict:
+    """Two realisations of one study (rows matched by run name): `runs` in both, `only_reference` / `only_other`, `equal` (rows
+    equal in every measure of COMPARED and the per-image record), `largest` (measure: largest absolute difference), `images`
+    (the most test images one run classified differently), `lengths` ({run: (epochs in reference, in other)} where they differ)."""
+    for name, rows in (("reference", reference), ("other", other)):
+        if not isinstance(rows, list) or not all(isinstance(r, dict) and "run" in r for r in rows):
+            raise ValueError(f"compare_studies: {name} must be a list of study rows, each with its 'run'")
+    a, b = {r["run"]: r for r in reference}, {r["run"]: r for r in other}
+    runs = sorted(set(a) & set(b))
+    def diff(m):
+        pairs = [(a[k].get(m), b[k].get(m)) for k in runs]
+        return max((abs(x - y) for x, y in pairs if x is not None and y is not None), default=0.0)
+    def flips(k):
+        x, y = a[k].get("probe_correct"), b[k].get("probe_correct")
+        return sum(u != v for u, v in zip(x, y)) if x and y else 0
+    return dict(runs=len(runs), only_reference=sorted(set(a) - set(b)), only_other=sorted(set(b) - set(a)),
+                equal=sum(all(a[k].get(m) == b[k].get(m) for m in COMPARED + ("probe_correct",)) for k in runs),
+                largest={m: diff(m) for m in COMPARED}, images=max((flips(k) for k in runs), default=0),
+                lengths={k: (_epochs(a[k]), _epochs(b[k])) for k in runs if _epochs(a[k]) != _epochs(b[k])})
