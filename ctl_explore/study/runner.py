@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import math
+import re
 import time
 import warnings
 from pathlib import Path
@@ -35,6 +36,16 @@ def _n_train(p: StudyPreset) -> int:
 
 def _probe(p: StudyPreset) -> dict:
     return dict(linear_epochs=p.linear_epochs, normalize=p.probe_normalize, augment=p.probe_augment)
+
+def _judgeable(rows: list[dict], out_dir: Path) -> None:
+    "`StudyError` before anything is written when the judge would refuse `rows` (a run counted twice, an accuracy its record contradicts), naming the run folder to delete: the same command then trains and measures it again."
+    from .judge import JudgeError, check_rows
+    try: check_rows(rows)
+    except JudgeError as e:
+        named = re.findall(r"'([^']+)'", str(e))
+        folder = out_dir / "runs" / named[-1] if named else out_dir / "runs"
+        raise StudyError(f"{e}. Nothing was written (results.json and report.html are as they were): delete the run folder {folder} "
+                         "and run the same command, which trains and measures that run again") from None
 
 def _finished(run_dir: Path, config: PretrainConfig, stretch, probe: dict) -> dict | None:
     "The run's row if it is finished and passes every check (quietly: the run's worker says what failed when it measures it again)."
@@ -108,6 +119,7 @@ def run_study(
         bar.close()
         if pool is not None: pool.close(kill=killed, term_s=60.0 if terminated else None)
     ordered = [rows[i] for i in range(len(configs))]
+    _judgeable(ordered, out_dir)
     write_results(ordered, out_dir)
     if refused:
         raise StudyError(refused[0] + (f" ({len(refused) - 1} more run(s) refused likewise; {out_dir / 'results.json'} names them)"
@@ -212,5 +224,6 @@ def report_study(preset: StudyPreset, out_dir: str | Path | None = None) -> tupl
     rows, missing = gather(p, out)
     if not rows: raise StudyError(f"no run of the {p.name} study has finished in {out} yet ({len(missing)} to go)")
     claim_study_folder(out, p)
+    _judgeable(rows, out)
     write_results(rows, out)
     return write_report(rows, out, p, missing), missing
