@@ -111,14 +111,14 @@ def adopting():
         if libc is not None: libc.prctl(36, 0, 0, 0, 0)
 
 def kill_marked(token: str, keep: frozenset | None = None, rounds: int = 100) -> set[int]:
-    "SIGKILL every process a grading started (`_marked_processes`: in the kernel's process group or not, after `setsid` too), again until none is left, and collect those that were this process's children; their pids."
+    "SIGKILL every process a grading started (`_marked_processes`: in the kernel's process group or not, after `setsid` too), again until none is left; with `keep` (while `adopting`), collect those that became this process's children. Their pids."
     killed: set[int] = set()
     for _ in range(rounds):
         left = _marked_processes(token, keep)
         if not left: break
         for pid in left:
             with contextlib.suppress(ProcessLookupError, PermissionError): os.kill(pid, signal.SIGKILL)
-        for pid in left:  # an adopted orphan would stay a zombie until collected
+        for pid in left if keep is not None else ():  # an adopted orphan would stay a zombie until collected
             with contextlib.suppress(ChildProcessError): os.waitpid(pid, 0)
         killed |= left
     return killed
