@@ -40,7 +40,7 @@ def _probe(p: StudyPreset) -> dict:
 
 def _judgeable(rows: list[dict], out_dir: Path) -> None:
     "`StudyError` before anything is written when the judge would refuse `rows` (a run counted twice, an accuracy its record contradicts), naming the run folder to delete: the same command then trains and measures it again."
-    from .judge import JudgeError, check_rows
+    from ctl_explore.study.judge import JudgeError, check_rows
     try: check_rows(rows)
     except JudgeError as e:
         named = re.findall(r"'([^']+)'", str(e))
