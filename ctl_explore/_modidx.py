@@ -673,6 +673,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                      'ctl_explore.grading._processes': ('grading.html#_processes', 'ctl_explore/grading.py'),
                                      'ctl_explore.grading._read_submission': ('grading.html#_read_submission', 'ctl_explore/grading.py'),
                                      'ctl_explore.grading._replace_link': ('grading.html#_replace_link', 'ctl_explore/grading.py'),
+                                     'ctl_explore.grading._shown': ('grading.html#_shown', 'ctl_explore/grading.py'),
                                      'ctl_explore.grading._solutions_dir': ('grading.html#_solutions_dir', 'ctl_explore/grading.py'),
                                      'ctl_explore.grading._time_limit': ('grading.html#_time_limit', 'ctl_explore/grading.py'),
                                      'ctl_explore.grading.add_commands': ('grading.html#add_commands', 'ctl_explore/grading.py'),

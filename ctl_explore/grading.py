@@ -248,6 +248,11 @@ def _grade_child() -> None:
     out.write(json.dumps([{k: plain(v) for k, v in r.items()} for r in rows]) + "\n"); out.flush()
 
 # %% ../nbs/98_grading.ipynb #8ab37bb5
+def _shown(path) -> str:
+    "A path as a terminal may show it: control characters (escape codes) written as Python escapes."
+    from ctl_explore.study.workers import printable
+    return printable(str(path))
+
 def submissions(paths) -> list[tuple[str, Path]]:
     "(student, notebook) for every notebook given or found under a folder given."
     found = []
@@ -258,7 +263,7 @@ def submissions(paths) -> list[tuple[str, Path]]:
                 rel = nb.relative_to(p)
                 found.append((rel.parts[0] if len(rel.parts) > 1 else nb.stem, nb))
         elif p.is_file(): found.append((p.stem, p))
-        else: raise FileNotFoundError(f"no notebook or folder at {p}")
+        else: raise FileNotFoundError(f"no notebook or folder at {_shown(p)}")
     return found
 
 MAX_TIME_LIMIT = 86_400.0  # a day per cell: more is a typo, and past it the kernel's timeout overflows
@@ -280,20 +285,20 @@ def check_grades_out(out: Path, paths, overwrite: bool = False) -> None:
     for p in map(Path, paths):
         given = p.resolve()
         if where == given or (p.is_dir() and where.is_relative_to(given)):
-            raise OutRefused(f"--out {out} lies inside the submissions ({p}), where it would overwrite or be graded as a student's file: "
+            raise OutRefused(f"--out {_shown(out)} lies inside the submissions ({_shown(p)}), where it would overwrite or be graded as a student's file: "
                              "write the grades outside the folders being graded")
     if out.is_symlink():
         if overwrite: return  # the link itself is replaced, never written through
-        raise OutRefused(f"--out {out} is a symbolic link; the grades are never written through one (its target could be anyone's "
+        raise OutRefused(f"--out {_shown(out)} is a symbolic link; the grades are never written through one (its target could be anyone's "
                          "file): remove it, choose another path, or pass --overwrite to replace the link")
-    if out.is_dir(): raise OutRefused(f"--out {out} is a folder: name the CSV file to write, e.g. {out / 'grades.csv'}")
+    if out.is_dir(): raise OutRefused(f"--out {_shown(out)} is a folder: name the CSV file to write, e.g. {_shown(out / 'grades.csv')}")
     if not out.exists(): return
-    if not out.is_file(): raise OutRefused(f"--out {out} is not a regular file (a pipe or a device): choose another path")
+    if not out.is_file(): raise OutRefused(f"--out {_shown(out)} is not a regular file (a pipe or a device): choose another path")
     try:
         with out.open(encoding="utf-8") as f: first = f.readline().strip()
     except (OSError, UnicodeDecodeError): first = None
     if first != _grades_header() and not overwrite:
-        raise OutRefused(f"--out {out} exists and is not a grades table this command wrote, so it is not overwritten: choose "
+        raise OutRefused(f"--out {_shown(out)} exists and is not a grades table this command wrote, so it is not overwritten: choose "
                          "another path, move the file away, or pass --overwrite")
 
 def _open_new(out: Path):
@@ -308,7 +313,7 @@ def grade(paths, out: str | Path = "grades.csv", time_limit: float = 120, echo=p
     from ctl_explore.train import sigterm_stops
     rows, out, time_limit = [], Path(out), check_time_limit(time_limit)
     subs = submissions(paths)
-    if not subs: raise FileNotFoundError(f"no notebooks under {', '.join(map(str, paths))}")
+    if not subs: raise FileNotFoundError(f"no notebooks under {', '.join(map(_shown, paths))}")
     check_grades_out(out, paths, overwrite)
     remove_stale_gradings()
     with sigterm_stops(), _open_new(out) as f:  # SIGTERM: the kernel is shut down, its processes killed, the temporary folder removed
@@ -354,12 +359,12 @@ def check_key_out(out: Path, overwrite: bool = False) -> None:
     out = Path(out)
     if out.is_symlink():
         if overwrite: return
-        raise OutRefused(f"--out {out} is a symbolic link; the answer key is never written through one (its target could be anyone's "
+        raise OutRefused(f"--out {_shown(out)} is a symbolic link; the answer key is never written through one (its target could be anyone's "
                          "folder): remove it, choose another folder, or pass --overwrite to replace the link")
     if not out.exists(): return
-    if not out.is_dir(): raise OutRefused(f"--out {out} is a file, not a folder: choose another folder")
+    if not out.is_dir(): raise OutRefused(f"--out {_shown(out)} is a file, not a folder: choose another folder")
     if overwrite or _key_folder_ours(out): return
-    raise OutRefused(f"--out {out} is a folder the answer key did not write (no {ANSWER_KEY_MARKER} in it), so its files are neither "
+    raise OutRefused(f"--out {_shown(out)} is a folder the answer key did not write (no {ANSWER_KEY_MARKER} in it), so its files are neither "
                      "deleted nor overwritten: choose a new or empty folder, or pass --overwrite")
 
 def _replace_link(path: Path) -> None:

@@ -593,3 +593,9 @@ def test_a_killed_gradings_folder_and_processes_are_removed_by_the_next_grade(tm
     finally:
         if left.poll() is None: left.kill(); left.wait()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_path_with_escape_codes_reaches_the_terminal_escaped(tmp_path, capsys):
+    code, err = run_main(capsys, "grade", str(tmp_path / "\x1b]0;pwned\x07\x1b[2Jgone"), "--out", str(tmp_path / "g.csv"))
+    _one_line(code, err)
+    assert "no notebook or folder at" in err and "\x1b" not in err and "\x07" not in err and "\\x1b]0;pwned\\x07" in err
