@@ -150,14 +150,14 @@ def _dump_cell(names: list[str], target: Path) -> str:
 
 def _execute(nb, work: Path, time_limit: float, env: dict) -> tuple[list[str], set]:
     "Run `nb`'s cells one by one in a fresh kernel in `work`; the events to report and the cells left out because they killed the kernel. Each kernel's connection file lies in `work`'s parent (the grading's temporary folder), so it goes with that folder."
-    from jupyter_client.manager import AsyncKernelManager
     from nbclient import NotebookClient
     from nbclient.exceptions import DeadKernelError
     events, dropped = [], set()
     for attempt in range(4):
-        km = AsyncKernelManager(kernel_name="python3", connection_file=str(work.parent / f"kernel-{attempt}.json"))
-        client = NotebookClient(nb, km=km, timeout=int(time_limit), allow_errors=True, interrupt_on_timeout=True, kernel_name="python3",
+        client = NotebookClient(nb, timeout=int(time_limit), allow_errors=True, interrupt_on_timeout=True, kernel_name="python3",
                                 resources={"metadata": {"path": str(work)}}, startup_timeout=120)
+        client.km = client.create_kernel_manager()
+        client.km.connection_file = str(work.parent / f"kernel-{attempt}.json")  # not in the user's runtime folder
         dead = None
         try:
             with client.setup_kernel(env=env):
