@@ -160,7 +160,7 @@ def _execute(nb, work: Path, time_limit: float, env: dict) -> tuple[list[str], s
         client.km.connection_file = str(work.parent / f"kernel-{attempt}.json")  # not in the user's runtime folder
         dead = None
         try:
-            with client.setup_kernel(env=env):
+            with client.setup_kernel(env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):  # the kernel's own logs are no row's
                 for i, cell in enumerate(nb.cells):
                     if i in dropped or cell.cell_type != "code": continue
                     try: client.execute_cell(cell, i)
