@@ -663,6 +663,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                      'ctl_explore.grading._NotRead': ('grading.html#_notread', 'ctl_explore/grading.py'),
                                      'ctl_explore.grading._dump_cell': ('grading.html#_dump_cell', 'ctl_explore/grading.py'),
                                      'ctl_explore.grading._execute': ('grading.html#_execute', 'ctl_explore/grading.py'),
+                                     'ctl_explore.grading._first_line': ('grading.html#_first_line', 'ctl_explore/grading.py'),
                                      'ctl_explore.grading._grade_child': ('grading.html#_grade_child', 'ctl_explore/grading.py'),
                                      'ctl_explore.grading._grade_in_child': ('grading.html#_grade_in_child', 'ctl_explore/grading.py'),
                                      'ctl_explore.grading._grades_header': ('grading.html#_grades_header', 'ctl_explore/grading.py'),

@@ -234,6 +234,7 @@ def _run(command: str, args: dict) -> int:
         from ctl_explore.study.rows import load_results
         from ctl_explore.study.report import write_report
         from ctl_explore.study.runner import report_study, run_one, run_study, study_plan, study_status
+        from ctl_explore.study.plan import exact_text
         from ctl_explore.study.workers import printable
         preset = study_preset(args["preset"], **{k: args[k] for k in STUDY_AXES + STUDY_BASE})  # resolved here, once
         out = args["out"] or Path(f"study-{preset.name}")
@@ -247,7 +248,7 @@ def _run(command: str, args: dict) -> int:
             states = (out / "runs").is_dir()
             print("index\trun\tloss\ttau\tseed\tepochs" + ("\tstate" if states else ""))
             for p in (study_status(preset, out) if states else study_plan(preset)):
-                print(f"{p['index']}\t{p['run']}\t{p['loss']}\t{'' if p['tau'] is None else format(p['tau'], 'g')}\t{p['seed']}\t{p['epochs']}"
+                print(f"{p['index']}\t{p['run']}\t{p['loss']}\t{'' if p['tau'] is None else exact_text(p['tau'])}\t{p['seed']}\t{p['epochs']}"
                       + (f"\t{printable(p['state'])}" if states else ""))
         elif args["run"] is not None:
             row = run_one(preset, args["run"], out, device=args["device"])

@@ -278,13 +278,22 @@ def check_time_limit(value) -> float:
 
 def _grades_header() -> str: return ",".join(ROW_FIELDS)
 
+def _first_line(path: Path) -> str | None:
+    "The first line of the regular file `path`, None when it is no readable text file (a pipe is never opened)."
+    if not path.is_file() or path.is_symlink(): return None
+    try:
+        with path.open(encoding="utf-8") as f: return f.readline().strip()
+    except (OSError, UnicodeDecodeError): return None
+
 def check_grades_out(out: Path, paths, overwrite: bool = False) -> None:
-    "`OutRefused` in one sentence unless `out` may take the grades: not inside the submissions, not a folder, not a pipe; an existing file or link only a grades CSV this command wrote, or any with `overwrite`."
+    "`OutRefused` in one sentence unless `out` may take the grades: no notebook, link or other file among the submissions (a new CSV beside them is fine), not a folder, not a pipe; elsewhere an existing file or link only a grades CSV this command wrote, or any with `overwrite`."
     out = Path(out)
-    where = out.resolve()
+    where = out.parent.resolve() / out.name  # a link's own place, not its target's
     for p in map(Path, paths):
         given = p.resolve()
-        if where == given or (p.is_dir() and where.is_relative_to(given)):
+        inside = where == given or (p.is_dir() and where.is_relative_to(given))
+        theirs = out.suffix == ".ipynb" or out.is_symlink() or (out.exists() and _first_line(out) != _grades_header())
+        if inside and theirs:  # a new CSV beside the submissions is harmless (`grade .`); a notebook or a student's file is not
             raise OutRefused(f"--out {_shown(out)} lies inside the submissions ({_shown(p)}), where it would overwrite or be graded as a student's file: "
                              "write the grades outside the folders being graded")
     if out.is_symlink():
@@ -294,10 +303,7 @@ def check_grades_out(out: Path, paths, overwrite: bool = False) -> None:
     if out.is_dir(): raise OutRefused(f"--out {_shown(out)} is a folder: name the CSV file to write, e.g. {_shown(out / 'grades.csv')}")
     if not out.exists(): return
     if not out.is_file(): raise OutRefused(f"--out {_shown(out)} is not a regular file (a pipe or a device): choose another path")
-    try:
-        with out.open(encoding="utf-8") as f: first = f.readline().strip()
-    except (OSError, UnicodeDecodeError): first = None
-    if first != _grades_header() and not overwrite:
+    if _first_line(out) != _grades_header() and not overwrite:
         raise OutRefused(f"--out {_shown(out)} exists and is not a grades table this command wrote, so it is not overwritten: choose "
                          "another path, move the file away, or pass --overwrite")
 

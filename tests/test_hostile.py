@@ -394,6 +394,9 @@ def test_grade_out_naming_a_submission_is_refused_and_the_notebook_kept(tmp_path
     code, err = run_main(capsys, "grade", str(tmp_path / "subs"), "--out", str(alice))
     _one_line(code, err)
     assert "lies inside the submissions" in err and alice.read_bytes() == before
+    beside = tmp_path / "subs" / "grades.csv"  # `ctl-explore grade .` in the submissions' folder: a new table there is fine
+    assert run_main(capsys, "grade", str(tmp_path / "subs"), "--out", str(beside))[0] == 0 and beside.read_text().startswith("student,")
+    assert run_main(capsys, "grade", str(tmp_path / "subs"), "--out", str(beside))[0] == 0  # and so is its own table, again
 
 
 @pytest.mark.parametrize("kind", ["file", "link"])
