@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import types
 import typing
@@ -99,7 +100,8 @@ def study_preset(name: str, taus: list[float] | None = None, **changes):
     if unknown: raise ValueError(f"study_preset changes only {', '.join(STUDY_AXES + STUDY_BASE)}, got {', '.join(unknown)}")
     if "taus" in given: given["taus"] = tuple(sorted({check_positive("--taus", t) for t in given["taus"]}))
     if not given: return preset
-    text = lambda v: format(v, "g") if isinstance(v, float) else str(v)
+    from ctl_explore.study.plan import exact_text
+    text = lambda v: exact_text(v) if isinstance(v, float) else str(v)  # 0.1 and 0.10000001 name two studies
     suffix = "".join(f"-{k}" + "-".join(map(text, given[k] if isinstance(given[k], (tuple, list)) else [given[k]]))
                      for k in STUDY_AXES + STUDY_BASE if k in given)
     preset = dataclasses.replace(preset, name=preset.name + suffix, **{k: tuple(given[k]) for k in STUDY_AXES if k in given})
@@ -182,14 +184,20 @@ def main(argv: list[str] | None = None) -> int:
     from ctl_explore.data import DatasetNotFoundError
     from ctl_explore.study.rows import StudyError
     from ctl_explore.study.runner import StudyInterrupted
-    from ctl_explore.distributed import CudaUnavailableError
+    from ctl_explore.distributed import DEVICE_LINE_ENV, CudaUnavailableError
+    from ctl_explore.study.judge import JudgeError
     parser = build_parser()
     args = vars(parser.parse_args(argv))
     command = args.pop("command")
+    before = os.environ.get(DEVICE_LINE_ENV)
+    os.environ[DEVICE_LINE_ENV] = "quiet" if args.get("quiet") else "once"  # the device line once per command, in no worker again
     try:
         with warnings.catch_warnings():  # the library's warnings (a result measured again, workers lowered) as one line each
             warnings.showwarning = lambda message, *a, **k: print(f"ctl-explore: warning: {message}", file=sys.stderr)
             return _run(command, args)
+    except JudgeError as e:  # rows the judge refuses (a run counted twice): a fault of the folder, not of the options
+        print(f"ctl-explore: error: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt as e:  # Ctrl-C: where it stopped, and how to go on; no traceback
         said = str(e) if isinstance(e, (TrainingInterrupted, StudyInterrupted)) else "interrupted; run the same command to resume"
         print(f"ctl-explore: {said}", file=sys.stderr)
@@ -202,6 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     except (CheckpointError, RunFolderError, TrainingDivergedError, DatasetNotFoundError, StudyError, OSError) as e:  # runtime failures
         print(f"ctl-explore: error: {_sentence(e)}", file=sys.stderr)
         return 1
+    finally:
+        if before is None: os.environ.pop(DEVICE_LINE_ENV, None)
+        else: os.environ[DEVICE_LINE_ENV] = before
 
 def _failures(rows: list[dict]) -> str:
     "The failed runs among `rows`, named with their errors (the first three), in one line."
@@ -217,11 +228,13 @@ def _run(command: str, args: dict) -> int:
         return run_command(command, args)
     from ctl_explore.linear_eval import LinearEvalConfig, linear_eval
     from ctl_explore.train import pretrain
-    from ctl_explore.distributed import require_cuda
+    import torch
+    from ctl_explore.distributed import require_cuda, resolve_device
     if command == "study":
         from ctl_explore.study.rows import load_results
         from ctl_explore.study.report import write_report
         from ctl_explore.study.runner import report_study, run_one, run_study, study_plan, study_status
+        from ctl_explore.study.plan import exact_text
         from ctl_explore.study.workers import printable
         preset = study_preset(args["preset"], **{k: args[k] for k in STUDY_AXES + STUDY_BASE})  # resolved here, once
         out = args["out"] or Path(f"study-{preset.name}")
@@ -229,11 +242,13 @@ def _run(command: str, args: dict) -> int:
         device = args["device"] or preset.base.device
         if device.startswith("cuda") and not (args["list"] or args["report"]):  # before any download or worker
             require_cuda(f"the {preset.name} preset" if args["device"] is None else f"--device {device}")
+        if device == "auto" and not (args["list"] or args["report"]) and not torch.cuda.is_available():
+            resolve_device("auto")  # the device line said here, once, and by none of the workers (on CUDA each worker resolves its own GPU)
         if args["list"]:
             states = (out / "runs").is_dir()
             print("index\trun\tloss\ttau\tseed\tepochs" + ("\tstate" if states else ""))
             for p in (study_status(preset, out) if states else study_plan(preset)):
-                print(f"{p['index']}\t{p['run']}\t{p['loss']}\t{'' if p['tau'] is None else format(p['tau'], 'g')}\t{p['seed']}\t{p['epochs']}"
+                print(f"{p['index']}\t{p['run']}\t{p['loss']}\t{'' if p['tau'] is None else exact_text(p['tau'])}\t{p['seed']}\t{p['epochs']}"
                       + (f"\t{printable(p['state'])}" if states else ""))
         elif args["run"] is not None:
             row = run_one(preset, args["run"], out, device=args["device"])

@@ -24,9 +24,9 @@ import torch.distributed as dist
 from torch import Tensor
 
 # %% auto #0
-__all__ = ['CUDA12_INDEX', 'DIST_TIMEOUT_ENV', 'DIST_TIMEOUT_S', 'NATIVE_BN_DEVICES', 'cuda_problem', 'CudaUnavailableError',
-           'require_cuda', 'resolve_device', 'ProcessGroupError', 'dist_timeout', 'check_ranks', 'GlobalBatchNorm',
-           'global_batchnorm', 'distributed_net']
+__all__ = ['MAX_WORLD_SIZE', 'CUDA12_INDEX', 'DEVICE_LINE_ENV', 'DIST_TIMEOUT_ENV', 'DIST_TIMEOUT_S', 'NATIVE_BN_DEVICES',
+           'cuda_problem', 'CudaUnavailableError', 'require_cuda', 'resolve_device', 'ProcessGroupError',
+           'dist_timeout', 'check_ranks', 'GlobalBatchNorm', 'global_batchnorm', 'distributed_net']
 
 # %% ../nbs/19_several_processes.ipynb #d6c78f71
 def _check_device_name(name) -> None:
@@ -42,12 +42,17 @@ def _distributed() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized(): return dist.get_rank(), dist.get_world_size()
     return 0, 1
 
-def _env_int(name: str, default: int | None) -> int | None:
-    "The integer in environment variable `name` (torchrun's WORLD_SIZE, LOCAL_RANK), or `default` when it is unset."
+MAX_WORLD_SIZE = 2**20  # more processes than any job starts; torch's process group holds the count in 32 bits
+
+def _env_int(name: str, default: int | None, low: int | None = None, high: int | None = None, what: str = "") -> int | None:
+    "The integer in environment variable `name` (torchrun's WORLD_SIZE, LOCAL_RANK), or `default` when it is unset; a ValueError naming the variable when it is not a whole number in [`low`, `high`] (`what` says what it counts)."
     text = os.environ.get(name, "").strip()
     if not text: return default
-    try: return int(text)
-    except ValueError: raise ValueError(f"the environment variable {name} must be an integer, got {text!r}") from None
+    try: value = int(text)
+    except ValueError: raise ValueError(f"the environment variable {name} must be an integer{what}, got {text!r}") from None
+    if low is not None and value < low: raise ValueError(f"the environment variable {name} must be at least {low}{what}, got {value}")
+    if high is not None and value > high: raise ValueError(f"the environment variable {name} must be at most {high}{what}, got {value}")
+    return value
 
 CUDA12_INDEX = "https://download.pytorch.org/whl/cu126"  # torch's wheels built for CUDA 12.6: NVIDIA drivers 525 and later
 _MIN_DRIVER = {"13": 580, "12": 525, "11": 450}          # the oldest Linux driver each CUDA major version runs on
@@ -92,16 +97,18 @@ def require_cuda(what: str) -> None:
     if problem is not None: raise CudaUnavailableError(f"{what} needs a CUDA GPU, but {problem}")
 
 _AUTO_SAID: set[str] = set()
+DEVICE_LINE_ENV = "CTL_EXPLORE_DEVICE_LINE"  # set by the command line: "once" (say it, then "said"), "said" or "quiet"; worker processes inherit it
 
 def _say_auto(device: torch.device) -> None:
-    "Say once per process, on stderr, which device 'auto' chose and why."
-    if str(device) in _AUTO_SAID: return
+    "Say once per process, on stderr, which device 'auto' chose and why; not at all in a process whose command said it already or runs quietly (`DEVICE_LINE_ENV`)."
+    if str(device) in _AUTO_SAID or os.environ.get(DEVICE_LINE_ENV) in ("said", "quiet"): return
     _AUTO_SAID.add(str(device))
     if device.type == "cuda":
         try: reason = f"CUDA is available ({torch.cuda.get_device_name(device)})"
         except (RuntimeError, AssertionError): reason = "CUDA is available"
     else: reason = cuda_problem() or "CUDA is not available"
     print(f"ctl_explore: device 'auto' is {device}: {reason}", file=sys.stderr)
+    if os.environ.get(DEVICE_LINE_ENV) == "once": os.environ[DEVICE_LINE_ENV] = "said"  # the command's workers, started later, stay silent
 
 def resolve_device(name: str) -> torch.device:
     "The device this process trains on: 'auto' is CUDA if available, else the CPU (said once, with the reason); under torchrun, 'auto' and 'cuda' mean cuda:LOCAL_RANK."
@@ -175,12 +182,12 @@ def _join_group(backend: str, timeout: float, **kw) -> None:
 
 def check_ranks() -> tuple[int, int]:
     "(RANK, WORLD_SIZE) as torchrun set them, (0, 1) without it; ValueError in one sentence for a rank outside [0, WORLD_SIZE) or a world size below 1."
-    world = _env_int("WORLD_SIZE", 1)
-    if world < 1: raise ValueError(f"the environment variable WORLD_SIZE must be at least 1 (the number of processes), got {world}")
+    world = _env_int("WORLD_SIZE", 1, 1, MAX_WORLD_SIZE, " (the number of processes)")
     rank = _env_int("RANK", 0 if world == 1 else None)
     if rank is None: raise ValueError(f"WORLD_SIZE is {world} but RANK is not set: start several processes with torchrun, which sets both")
     if not 0 <= rank < world:
         raise ValueError(f"the environment variable RANK must be in [0, {world - 1}] (one of the WORLD_SIZE={world} processes), got {rank}")
+    if world > 1: _env_int("MASTER_PORT", None, 1, 65535, " (the TCP port of process 0, where the processes meet)")
     return rank, world
 
 _C10D_NOISE = re.compile(r"^(\[[EWIF]\d{4} [^\]]*\] \[c10d\]|Exception raised from |frame #\d+: |<omitting python frames>|\s*$)")

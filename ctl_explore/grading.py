@@ -5,12 +5,18 @@
 # %% ../nbs/98_grading.ipynb #c330abbb
 from __future__ import annotations
 
+import argparse
 import csv
 import importlib.util
+import contextlib
+import errno
 import json
+import math
 import os
 import re
 import shutil
+import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -20,9 +26,12 @@ from pathlib import Path
 import cloudpickle
 
 from .exercises import EXERCISES, _in_child, exercises_of
+from .run_folders import RunFolderError, write_atomic, write_json_atomic
 
 # %% auto #0
-__all__ = ['ROW_FIELDS', 'SENTINEL', 'lessons_of', 'grade_notebook', 'submissions', 'grade', 'answer_key', 'add_commands',
+__all__ = ['ROW_FIELDS', 'SENTINEL', 'GRADE_TMP_PREFIX', 'GRADE_TOKEN_ENV', 'MAX_TIME_LIMIT', 'ANSWER_KEY_MARKER', 'lessons_of',
+           'OutRefused', 'adopting', 'kill_marked', 'remove_stale_gradings', 'grade_notebook', 'submissions',
+           'check_time_limit', 'check_grades_out', 'grade', 'check_key_out', 'answer_key', 'add_commands',
            'run_command']
 
 # %% ../nbs/98_grading.ipynb #b8f98159
@@ -36,6 +45,100 @@ def lessons_of(nb: dict, path: Path) -> list[str]:
     if found: return found
     return [path.name[:2]] if re.match(r"\d\d", path.name) and exercises_of(path.name[:2]) else []
 
+GRADE_TMP_PREFIX = "ctl-grade-"              # the grading's temporary folders: ctl-grade-<grader's pid>-<random>
+GRADE_TOKEN_ENV = "CTL_EXPLORE_GRADING"      # in the kernel's environment: its temporary folder's name
+
+class OutRefused(RunFolderError):
+    "An --out that is not the command's to write: a user's file or folder, a link, or a file among the submissions."
+
+class _NotRead(Exception):
+    "A submission the grader does not open: its sentence is the row's reason."
+
+def _read_submission(path: Path) -> bytes:
+    "The bytes of the submitted notebook `path`, never through a symbolic link (its target may be any file the instructor can read) and never from a pipe or a device; `_NotRead` saying why otherwise."
+    try: fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        if e.errno == errno.ELOOP or path.is_symlink():
+            raise _NotRead("the submission is a symbolic link; the grader reads no file through a link (its target could be "
+                           "any file), so it was not read: submit the notebook itself") from None
+        raise _NotRead(f"the submission cannot be read ({e.strerror or e})") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode): raise _NotRead("the submission is not a regular file (a pipe, a device or a folder), so it was not read")
+        os.set_blocking(fd, True)
+        with os.fdopen(os.dup(fd), "rb") as f: return f.read()
+    finally: os.close(fd)
+
+def _processes() -> dict[int, int]:
+    "{pid: parent's pid} of every live process (Linux's /proc; empty elsewhere), zombies left out."
+    table = {}
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit(): continue
+            try: state, ppid = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()[:2]
+            except (OSError, ValueError, IndexError): continue  # ended meanwhile
+            if state not in ("Z", "X"): table[int(entry.name)] = int(ppid)
+    return table
+
+def _marked_processes(token: str, keep: frozenset | None = None) -> set[int]:
+    """The processes whose environment holds `GRADE_TOKEN_ENV`=`token`, with `keep` given the children of this process other than
+    `keep` (orphans it adopted as a subreaper, `adopting`), and all their descendants; never this process."""
+    me, mark, table = os.getpid(), f"{GRADE_TOKEN_ENV}={token}".encode(), _processes()
+    found = set() if keep is None else {pid for pid, ppid in table.items() if ppid == me and pid not in keep}
+    for pid in table:
+        if pid == me or pid in found: continue
+        with contextlib.suppress(OSError):  # another user's process cannot be read, and is none of ours
+            if mark in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"): found.add(pid)
+    grew = True
+    while grew:  # a child that cleared its environment is still its parent's descendant
+        grew = False
+        for pid, ppid in table.items():
+            if ppid in found and pid not in found and pid != me: found.add(pid); grew = True
+    return found
+
+@contextlib.contextmanager
+def adopting():
+    """Inside the block this process is a child subreaper (Linux's prctl): a process that a submission detached with a double
+    fork and `setsid` becomes its child when the one between them exits, instead of init's, so that it can be found. Yields
+    the children it had before (which are not the submission's)."""
+    before = frozenset(pid for pid, ppid in _processes().items() if ppid == os.getpid())
+    libc = None
+    if sys.platform.startswith("linux"):
+        import ctypes
+        with contextlib.suppress(OSError, AttributeError): libc = ctypes.CDLL(None, use_errno=True)
+    if libc is not None: libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    try: yield before
+    finally:
+        if libc is not None: libc.prctl(36, 0, 0, 0, 0)
+
+def kill_marked(token: str, keep: frozenset | None = None, rounds: int = 100) -> set[int]:
+    "SIGKILL every process a grading started (`_marked_processes`: in the kernel's process group or not, after `setsid` too), again until none is left; with `keep` (while `adopting`), collect those that became this process's children. Their pids."
+    killed: set[int] = set()
+    for _ in range(rounds):
+        left = _marked_processes(token, keep)
+        if not left: break
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError): os.kill(pid, signal.SIGKILL)
+        for pid in left if keep is not None else ():  # an adopted orphan would stay a zombie until collected
+            with contextlib.suppress(ChildProcessError): os.waitpid(pid, 0)
+        killed |= left
+    return killed
+
+def remove_stale_gradings() -> list[Path]:
+    "The temporary folders of gradings whose grader no longer runs (killed with SIGKILL, say), removed with every process they left; the folders."
+    removed = []
+    for folder in Path(tempfile.gettempdir()).glob(f"{GRADE_TMP_PREFIX}*-*"):
+        m = re.fullmatch(rf"{GRADE_TMP_PREFIX}(\d+)-\w+", folder.name)
+        try: mine = not folder.is_symlink() and folder.is_dir() and folder.stat().st_uid == os.getuid()
+        except OSError: mine = False
+        if not (m and mine) or int(m.group(1)) == os.getpid(): continue
+        try: os.kill(int(m.group(1)), 0); continue  # its grader still runs
+        except ProcessLookupError: pass
+        except PermissionError: continue
+        kill_marked(folder.name)
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
+
 def _dump_cell(names: list[str], target: Path) -> str:
     "A cell that pickles the answers' variables, each on its own (one that cannot be pickled is left out)."
     return ("import cloudpickle as _g_cp\nfrom ctl_explore.exercises import dumps as _g_dumps\n"
@@ -46,16 +149,18 @@ def _dump_cell(names: list[str], target: Path) -> str:
             f"open({str(target)!r}, 'wb').write(_g_cp.dumps(_g_out))\n")
 
 def _execute(nb, work: Path, time_limit: float, env: dict) -> tuple[list[str], set]:
-    "Run `nb`'s cells one by one in a fresh kernel in `work`; the events to report and the cells left out because they killed the kernel."
+    "Run `nb`'s cells one by one in a fresh kernel in `work`; the events to report and the cells left out because they killed the kernel. Each kernel's connection file lies in `work`'s parent (the grading's temporary folder), so it goes with that folder."
     from nbclient import NotebookClient
     from nbclient.exceptions import DeadKernelError
     events, dropped = [], set()
-    for _ in range(4):
+    for attempt in range(4):
         client = NotebookClient(nb, timeout=int(time_limit), allow_errors=True, interrupt_on_timeout=True, kernel_name="python3",
                                 resources={"metadata": {"path": str(work)}}, startup_timeout=120)
+        client.km = client.create_kernel_manager()
+        client.km.connection_file = str(work.parent / f"kernel-{attempt}.json")  # not in the user's runtime folder
         dead = None
         try:
-            with client.setup_kernel(env=env):
+            with client.setup_kernel(env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):  # the kernel's own logs are no row's
                 for i, cell in enumerate(nb.cells):
                     if i in dropped or cell.cell_type != "code": continue
                     try: client.execute_cell(cell, i)
@@ -79,16 +184,17 @@ def grade_notebook(path: str | Path, student: str | None = None, time_limit: flo
     import nbformat
     path = Path(path)
     student = student or path.stem
-    try: nb = nbformat.read(path, as_version=4)
-    except Exception as e:
-        return [dict(student=student, lesson="", exercise="(notebook)", status="error", reason=f"not a notebook: {e}", prediction="", came_true="")]
+    error = lambda why: [dict(student=student, lesson="", exercise="(notebook)", status="error", reason=why, prediction="", came_true="")]
+    try: nb = nbformat.reads(_read_submission(path).decode("utf-8"), as_version=4)
+    except _NotRead as e: return error(str(e))
+    except Exception as e: return error(f"not a notebook: {e}")
     lessons = lessons_of(nb, path)
     if not lessons:
         return [dict(student=student, lesson="", exercise="(notebook)", status="error",
                      reason="answers no lesson's exercises (no `from ctl_explore.exercises import ...` line)", prediction="", came_true="")]
     names = sorted({n for lesson in lessons for e in exercises_of(lesson) for n in e.answers + ((e.prediction,) if e.prediction else ())})
     rows = []
-    with tempfile.TemporaryDirectory(prefix="ctl-grade-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"{GRADE_TMP_PREFIX}{os.getpid()}-") as tmp:  # the grader's pid: a later grade removes it if this one is killed
         work, answers = Path(tmp) / "nbs", Path(tmp) / "answers.pkl"  # a lesson reads ../data, as from the checkout's nbs/
         work.mkdir()
         data = Path(__file__).resolve().parent.parent / "data"
@@ -98,7 +204,10 @@ def grade_notebook(path: str | Path, student: str | None = None, time_limit: flo
             if c.cell_type == "code": c.outputs, c.execution_count = [], None
         nb.cells.append(nbformat.v4.new_code_cell(_dump_cell(names, answers)))
         env = dict(os.environ, HOME=str(work), PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]))
-        events, _ = _execute(nb, work, time_limit, env)
+        env[GRADE_TOKEN_ENV] = Path(tmp).name  # every process the submission starts inherits it: the mark they are found by
+        with adopting() as before:  # every process the submission started is killed when its kernel is done
+            try: events, _ = _execute(nb, work, time_limit, env)
+            finally: kill_marked(Path(tmp).name, before)
         if not (work / SENTINEL).exists(): events.append("the notebook deleted files it did not make (the grader's marker file is gone)")
         rows += [dict(student=student, lesson=",".join(lessons), exercise="(notebook)", status="warning", reason=e, prediction="", came_true="")
                  for e in events]
@@ -139,6 +248,11 @@ def _grade_child() -> None:
     out.write(json.dumps([{k: plain(v) for k, v in r.items()} for r in rows]) + "\n"); out.flush()
 
 # %% ../nbs/98_grading.ipynb #8ab37bb5
+def _shown(path) -> str:
+    "A path as a terminal may show it: control characters (escape codes) written as Python escapes."
+    from ctl_explore.study.workers import printable
+    return printable(str(path))
+
 def submissions(paths) -> list[tuple[str, Path]]:
     "(student, notebook) for every notebook given or found under a folder given."
     found = []
@@ -149,15 +263,66 @@ def submissions(paths) -> list[tuple[str, Path]]:
                 rel = nb.relative_to(p)
                 found.append((rel.parts[0] if len(rel.parts) > 1 else nb.stem, nb))
         elif p.is_file(): found.append((p.stem, p))
-        else: raise FileNotFoundError(f"no notebook or folder at {p}")
+        else: raise FileNotFoundError(f"no notebook or folder at {_shown(p)}")
     return found
 
-def grade(paths, out: str | Path = "grades.csv", time_limit: float = 120, echo=print) -> list[dict]:
-    "Grade every submission under `paths`; write the rows to `out` (CSV) as they come and print each."
-    rows, out = [], Path(out)
+MAX_TIME_LIMIT = 86_400.0  # a day per cell: more is a typo, and past it the kernel's timeout overflows
+
+def check_time_limit(value) -> float:
+    "A `--time-limit`: a number of seconds in (0, `MAX_TIME_LIMIT`]; 0 would switch the limit off and let a looping cell hang the grader."
+    try: seconds = float(value)
+    except (TypeError, ValueError): seconds = math.nan
+    if isinstance(value, bool) or not (0 < seconds <= MAX_TIME_LIMIT):
+        raise ValueError(f"--time-limit must be a number of seconds in (0, {MAX_TIME_LIMIT:g}] (per cell and per exercise's check), got {value!r}")
+    return seconds
+
+def _grades_header() -> str: return ",".join(ROW_FIELDS)
+
+def _first_line(path: Path) -> str | None:
+    "The first line of the regular file `path`, None when it is no readable text file (a pipe is never opened)."
+    if not path.is_file() or path.is_symlink(): return None
+    try:
+        with path.open(encoding="utf-8") as f: return f.readline().strip()
+    except (OSError, UnicodeDecodeError): return None
+
+def check_grades_out(out: Path, paths, overwrite: bool = False) -> None:
+    "`OutRefused` in one sentence unless `out` may take the grades: no notebook, link or other file among the submissions (a new CSV beside them is fine), not a folder, not a pipe; elsewhere an existing file or link only a grades CSV this command wrote, or any with `overwrite`."
+    out = Path(out)
+    where = out.parent.resolve() / out.name  # a link's own place, not its target's
+    for p in map(Path, paths):
+        given = p.resolve()
+        inside = where == given or (p.is_dir() and where.is_relative_to(given))
+        theirs = out.suffix == ".ipynb" or out.is_symlink() or (out.exists() and _first_line(out) != _grades_header())
+        if inside and theirs:  # a new CSV beside the submissions is harmless (`grade .`); a notebook or a student's file is not
+            raise OutRefused(f"--out {_shown(out)} lies inside the submissions ({_shown(p)}), where it would overwrite or be graded as a student's file: "
+                             "write the grades outside the folders being graded")
+    if out.is_symlink():
+        if overwrite: return  # the link itself is replaced, never written through
+        raise OutRefused(f"--out {_shown(out)} is a symbolic link; the grades are never written through one (its target could be anyone's "
+                         "file): remove it, choose another path, or pass --overwrite to replace the link")
+    if out.is_dir(): raise OutRefused(f"--out {_shown(out)} is a folder: name the CSV file to write, e.g. {_shown(out / 'grades.csv')}")
+    if not out.exists(): return
+    if not out.is_file(): raise OutRefused(f"--out {_shown(out)} is not a regular file (a pipe or a device): choose another path")
+    if _first_line(out) != _grades_header() and not overwrite:
+        raise OutRefused(f"--out {_shown(out)} exists and is not a grades table this command wrote, so it is not overwritten: choose "
+                         "another path, move the file away, or pass --overwrite")
+
+def _open_new(out: Path):
+    "`out` opened for writing (truncated), never through a symbolic link: a link in its place is removed first."
+    if out.is_symlink(): out.unlink()
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o644)
+    return os.fdopen(fd, "w", newline="", encoding="utf-8")
+
+def grade(paths, out: str | Path = "grades.csv", time_limit: float = 120, echo=print, overwrite: bool = False) -> list[dict]:
+    "Grade every submission under `paths`; write the rows to `out` (CSV: new, or a grades table of this command's, or any file with `overwrite`) as they come and print each, names escaped for the terminal."
+    from ctl_explore.study.workers import printable  # a name or a message may hold terminal escape codes: printed as escapes
+    from ctl_explore.train import sigterm_stops
+    rows, out, time_limit = [], Path(out), check_time_limit(time_limit)
     subs = submissions(paths)
-    if not subs: raise FileNotFoundError(f"no notebooks under {', '.join(map(str, paths))}")
-    with out.open("w", newline="") as f:
+    if not subs: raise FileNotFoundError(f"no notebooks under {', '.join(map(_shown, paths))}")
+    check_grades_out(out, paths, overwrite)
+    remove_stale_gradings()
+    with sigterm_stops(), _open_new(out) as f:  # SIGTERM: the kernel is shut down, its processes killed, the temporary folder removed
         writer = csv.DictWriter(f, ROW_FIELDS)
         writer.writeheader()
         for student, nb in subs:
@@ -165,11 +330,11 @@ def grade(paths, out: str | Path = "grades.csv", time_limit: float = 120, echo=p
                 r = {k: ("" if r.get(k) is None else r.get(k)) for k in ROW_FIELDS}
                 writer.writerow(r); f.flush()
                 rows.append(r)
-                echo(f"{r['student'][:16]:16} {r['lesson'][:6]:6} {r['exercise']:10} {r['status']:12} "
+                echo(printable(f"{str(r['student'])[:16]:16} {str(r['lesson'])[:6]:6} {r['exercise']:10} {r['status']:12} "
                      + (f"[predicted {r['prediction']}, {'came true' if r['came_true'] is True else 'did not come true' if r['came_true'] is False else 'not run'}] " if r["prediction"] != "" else "")
-                     + r["reason"][:160])
+                     + str(r["reason"])[:160]))
     passed = sum(r["status"] == "passed" for r in rows)
-    echo(f"{passed} of {sum(r['exercise'] != '(notebook)' for r in rows)} exercises passed; the table is in {out}")
+    echo(printable(f"{passed} of {sum(r['exercise'] != '(notebook)' for r in rows)} exercises passed; the table is in {out}"))
     return rows
 
 # %% ../nbs/98_grading.ipynb #ce56695c
@@ -181,8 +346,39 @@ def _math(text: str) -> str:
     text = re.sub(r"\$\$(.+?)\$\$", lambda m: "\\\\[" + m.group(1) + "\\\\]", text, flags=re.S)
     return re.sub(r"(?<![\\$])\$(.+?)\$", lambda m: "\\\\(" + m.group(1).replace("_", "\\_").replace("*", "\\*") + "\\\\)", text)
 
-def answer_key(out: str | Path, solutions: str | Path | None = None, numbers: bool = True) -> Path:
-    "Write the instructor's answer key to `out/index.html` (MathJax beside it when jupyter-server-mathjax is installed)."
+ANSWER_KEY_MARKER = ".ctl_explore_answer_key"  # the file that makes a folder the answer key's own
+_KEY_TITLE = "<title>ctl_explore: the answer key</title>"
+
+def _key_folder_ours(out: Path) -> bool:
+    "Whether the existing folder `out` is an answer key's: marked, or (written before the marker) holding only index.html with the key's title and mathjax/."
+    marker = out / ANSWER_KEY_MARKER
+    if marker.is_file() and not marker.is_symlink(): return True
+    names = {e.name for e in os.scandir(out)}
+    if not names: return True
+    index = out / "index.html"
+    if not names <= {"index.html", "mathjax"} or "index.html" not in names or index.is_symlink(): return False
+    try: return _KEY_TITLE in index.read_text(encoding="utf-8")[:2000]
+    except (OSError, UnicodeDecodeError): return False
+
+def check_key_out(out: Path, overwrite: bool = False) -> None:
+    "`OutRefused` in one sentence unless the answer key may write into `out`: absent, empty, or an answer key's own folder (`_key_folder_ours`); a symbolic link, a file or a user's folder only with `overwrite` (a link is then replaced, never followed)."
+    out = Path(out)
+    if out.is_symlink():
+        if overwrite: return
+        raise OutRefused(f"--out {_shown(out)} is a symbolic link; the answer key is never written through one (its target could be anyone's "
+                         "folder): remove it, choose another folder, or pass --overwrite to replace the link")
+    if not out.exists(): return
+    if not out.is_dir(): raise OutRefused(f"--out {_shown(out)} is a file, not a folder: choose another folder")
+    if overwrite or _key_folder_ours(out): return
+    raise OutRefused(f"--out {_shown(out)} is a folder the answer key did not write (no {ANSWER_KEY_MARKER} in it), so its files are neither "
+                     "deleted nor overwritten: choose a new or empty folder, or pass --overwrite")
+
+def _replace_link(path: Path) -> None:
+    "Remove `path` when it is a symbolic link (the link itself, never its target)."
+    if path.is_symlink(): path.unlink()
+
+def answer_key(out: str | Path, solutions: str | Path | None = None, numbers: bool = True, overwrite: bool = False) -> Path:
+    "Write the instructor's answer key to `out/index.html` (MathJax beside it when jupyter-server-mathjax is installed) into a new or empty folder, or one of its own (`check_key_out`: any folder with `overwrite`)."
     import mistune
     import nbformat
     from ctl_explore.exercises import answer_numbers
@@ -191,7 +387,10 @@ def answer_key(out: str | Path, solutions: str | Path | None = None, numbers: bo
     notebooks = sorted(solutions.glob("[0-9][0-9]_*.ipynb"))
     if not notebooks: raise FileNotFoundError(f"no solutions notebooks in {solutions}: run this from a checkout of the course, or pass --solutions")
     out = Path(out)
+    check_key_out(out, overwrite)
+    _replace_link(out)
     out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / ANSWER_KEY_MARKER, dict(written_by="ctl_explore answer-key", format=1))
     md = mistune.create_markdown(escape=True)
     lessons = []
     for p in notebooks:
@@ -208,14 +407,22 @@ def answer_key(out: str | Path, solutions: str | Path | None = None, numbers: bo
     spec = importlib.util.find_spec("jupyter_server_mathjax")
     local = spec is not None and spec.submodule_search_locations and (Path(spec.submodule_search_locations[0]) / "static" / "MathJax.js").exists()
     if local:
+        _replace_link(out / "mathjax")
         if (out / "mathjax").exists(): shutil.rmtree(out / "mathjax")
         shutil.copytree(Path(spec.submodule_search_locations[0]) / "static", out / "mathjax", ignore=shutil.ignore_patterns("SVG", "*.py"))
     page = render("answer_key.html", lessons=lessons, created=time.strftime("%Y-%m-%d %H:%M"),
                   mathjax="mathjax/MathJax.js?config=TeX-AMS_CHTML" if local else "https://cdn.jsdelivr.net/npm/mathjax@2.7.9/MathJax.js?config=TeX-AMS_CHTML")
-    (out / "index.html").write_text(page, encoding="utf-8")
+    _replace_link(out / "index.html")
+    write_atomic(out / "index.html", lambda f: f.write(page.encode("utf-8")))
     return out / "index.html"
 
 # %% ../nbs/98_grading.ipynb #9ad5d494
+def _time_limit(text: str) -> float:
+    "A --time-limit value, checked where it is parsed (`check_time_limit`)."
+    try: return check_time_limit(text)
+    except ValueError: raise argparse.ArgumentTypeError(f"must be a number of seconds in (0, {MAX_TIME_LIMIT:g}], got {text!r} "
+                                                        "(0 would switch the limit off, and a looping cell would hang the grader)") from None
+
 def add_commands(sub) -> None:
     "Add `grade` and `answer-key` to the `ctl-explore` subcommands."
     g = sub.add_parser("grade", help="grade submitted lesson notebooks against the exercises' checks", description=
@@ -223,18 +430,21 @@ def add_commands(sub) -> None:
                        "process, and write one row per exercise: student, lesson, exercise, passed/failed/error, the reason, "
                        "and the prediction with whether it came true.")
     g.add_argument("paths", nargs="+", type=Path, help="notebooks, or folders of them (one folder per student, or one notebook each)")
-    g.add_argument("--out", type=Path, default=Path("grades.csv"), help="the CSV to write (default: grades.csv)")
-    g.add_argument("--time-limit", type=float, default=120, help="seconds per cell and per exercise's check (default: 120)")
+    g.add_argument("--out", type=Path, default=Path("grades.csv"), help="the CSV to write: new, or a grades table of this command's, "
+                   "never inside the submissions (default: grades.csv)")
+    g.add_argument("--overwrite", action="store_true", help="replace --out even when it is another file, or a symbolic link (the link itself)")
+    g.add_argument("--time-limit", type=_time_limit, default=120.0, help=f"seconds per cell and per exercise's check, in (0, {MAX_TIME_LIMIT:g}] (default: 120)")
     k = sub.add_parser("answer-key", help="build the instructor's answer key (HTML, with the numeric answers)", description=
                        "Write the worked solutions of nbs/solutions with MathJax and the numbers each answer comes to, computed now.")
-    k.add_argument("--out", type=Path, required=True, help="folder to write index.html into")
+    k.add_argument("--out", type=Path, required=True, help="folder to write index.html into: new, empty, or an answer key's own")
+    k.add_argument("--overwrite", action="store_true", help="write into --out even when it is another folder, or a symbolic link (the link itself is replaced)")
     k.add_argument("--solutions", type=Path, default=None, help="the solutions notebooks' folder (default: the checkout's nbs/solutions)")
     k.add_argument("--no-numbers", action="store_true", help="leave out the computed numbers (seconds instead of minutes)")
 
 def run_command(command: str, args: dict) -> int:
     "The work of `grade` or `answer-key`."
     if command == "grade":
-        rows = grade(args["paths"], args["out"], args["time_limit"])
+        rows = grade(args["paths"], args["out"], args["time_limit"], overwrite=args["overwrite"])
         return 0 if rows else 1
-    print(f"answer key: {answer_key(args['out'], args['solutions'], numbers=not args['no_numbers'])}")
+    print(f"answer key: {answer_key(args['out'], args['solutions'], numbers=not args['no_numbers'], overwrite=args['overwrite'])}")
     return 0

@@ -21,8 +21,9 @@ from .checks import check_bool, check_choice, check_in_range, check_int, check_n
 from .data import DATASETS, AugmentParams, ImageData, TwoViewAugment, augment_params, dataset_spec, load_dataset
 from .models import Encoder
 from .distributed import resolve_device
-from .run_folders import CheckpointError, RunBusyError, read_regular, run_lock, write_json_atomic
-from .train import MAX_LR, MAX_WEIGHT_DECAY, PretrainConfig, build_model, embed, load_checkpoint, threads_for
+from .run_folders import (RUN_MARKER, CheckpointError, RunBusyError, RunFolderError, check_run_folder, read_config,
+                                     read_regular, run_lock, write_json_atomic)
+from .train import MAX_LR, MAX_WEIGHT_DECAY, PretrainConfig, build_model, embed, load_checkpoint, run_identity, threads_for
 
 # %% auto #0
 __all__ = ['MAX_PROBE_EPOCHS', 'MAX_PROBE_BATCH', 'PROBE_PRECISIONS', 'AUTOCAST_COSINE', 'AUTOCAST_TOLERANCE', 'LinearEvalConfig',
@@ -173,16 +174,38 @@ def linear_eval(
     run_dir = Path(run_dir)
     ckpt = run_dir / "checkpoint.pt"
     if not ckpt.exists(): raise FileNotFoundError(f"{ckpt} does not exist: pretrain into {run_dir} first")
+    if not ckpt.is_file():  # a named pipe or a device in its place: said as such, at once (never waited on)
+        try: read_regular(ckpt)
+        except OSError as e: raise CheckpointError(f"{ckpt} cannot be read ({e.strerror or e})") from None
+    check_run_folder(run_dir, PretrainConfig.from_dict)  # only a run's files, none a link (a lock held elsewhere: RunBusyError)
+    if not (run_dir / RUN_MARKER).is_file() or (run_dir / RUN_MARKER).is_symlink():
+        raise RunFolderError(f"{run_dir} carries no {RUN_MARKER} marker, so it is not known to be a run folder pretrain wrote, and "
+                             "linear-eval neither evaluates nor writes into it: evaluate a folder that `ctl-explore pretrain` wrote")
     try:
         with run_lock(run_dir) if write else contextlib.nullcontext():
             return _linear_eval(run_dir, ckpt, config, random_init, device, write)
     except RunBusyError as e:
         raise RunBusyError(f"{e} (linear-eval measures a run's final checkpoint, so it runs when no pretrain trains the folder)") from None
 
+def _check_identity(run_dir: Path, ckpt: Path, saved: PretrainConfig) -> None:
+    "`CheckpointError` unless the run folder's config.json describes the run its checkpoint holds (`run_identity`): a checkpoint copied in from another run is not evaluated as this one."
+    try: recorded = PretrainConfig.from_dict(read_config(run_dir))
+    except (FileNotFoundError, ValueError, TypeError) as e:
+        raise CheckpointError(f"{run_dir}'s configuration cannot be read ({e}), so its checkpoint cannot be matched to the run: "
+                              "pretrain the run again") from None
+    asked, held = run_identity(recorded), run_identity(saved)
+    if asked.get("precision") == "auto": asked["precision"] = held.get("precision")  # what the run resolved 'auto' to
+    if asked != held:
+        diff = ", ".join(f"{k} {held.get(k)!r} where config.json says {asked.get(k)!r}" for k in sorted(set(held) | set(asked)) if held.get(k) != asked.get(k))
+        raise CheckpointError(f"{ckpt} holds a run of another configuration than {run_dir / 'config.json'} ({diff}): it was copied "
+                              "in or changed after pretrain wrote the folder, so it is not evaluated; pretrain the run again, or put its own "
+                              "checkpoint back")
+
 def _linear_eval(run_dir: Path, ckpt: Path, config: LinearEvalConfig, random_init: bool, device: str | None, write: bool) -> dict:
     state = load_checkpoint(ckpt)  # verified; a named pipe or a device in its place is refused at once
     digest = hashlib.sha256(read_regular(ckpt)).hexdigest()  # which checkpoint this is (under the lock, no pretrain replaces it)
     pcfg = PretrainConfig.from_dict(state["config"])
+    _check_identity(run_dir, ckpt, pcfg)
     dev = resolve_device(device or pcfg.device)
     autocast = probe_autocast(config, dev)
     threads, previous_threads = threads_for(dataclasses.replace(pcfg, device=dev.type)), torch.get_num_threads()

@@ -4,6 +4,7 @@ absurd option values, and a full disk. Each case is one sentence naming what was
 the folder changes. Every test here failed on the code before these fixes."""
 from __future__ import annotations
 
+import dataclasses
 import errno
 import hashlib
 import json
@@ -12,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import warnings
@@ -261,6 +263,7 @@ def test_linear_eval_of_a_checkpoint_of_another_width_is_one_sentence(finished, 
     run = _copy(finished, tmp_path / "run")
     state = load_checkpoint(run / "checkpoint.pt")
     save_checkpoint(run / "checkpoint.pt", {**state, "config": {**state["config"], "width": 8}})  # passes every check but the weights
+    (run / "config.json").write_text(json.dumps({**json.loads((run / "config.json").read_text()), "width": 8}))  # (and the identity check)
     code, err = run_main(capsys, "linear-eval", str(run), "--epochs", "1")
     assert code == 1 and "holds weights that do not fit the configuration saved with it" in err and "size mismatch" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1 and not (run / "linear_eval.json").exists()
@@ -366,3 +369,236 @@ def test_no_space_left_names_the_file_being_written(tmp_path, capsys, full_disk)
     (tmp_path / "_site").mkdir()
     with pytest.raises(SiteError, match=r"cannot write .*_site/index.html \(No space left on device\)"):
         _write(tmp_path / "_site", tmp_path / "_site" / "index.html", "<html></html>")
+
+
+# ================================================================ issue 43: nothing a user owns is lost, one sentence each
+# Every test below failed on the code before issue 43's fixes.
+
+def _one_line(code: int, err: str, status: int = 1) -> None:
+    "A refusal as the command line gives it: `status`, one line, no traceback and no usage line."
+    assert code == status and len(err.strip().splitlines()) == 1 and "Traceback" not in err and "usage:" not in err, (code, err)
+
+
+def _empty_notebook(path: Path) -> Path:
+    "A notebook that answers no lesson: grading it starts no kernel."
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(dict(cells=[], metadata={}, nbformat=4, nbformat_minor=5)))
+    return path
+
+
+# ---------------------------------------------------------------- 43.1 every --out is the command's own
+
+def test_grade_out_naming_a_submission_is_refused_and_the_notebook_kept(tmp_path, capsys):
+    alice = _empty_notebook(tmp_path / "subs" / "alice" / "a.ipynb")
+    before = alice.read_bytes()
+    code, err = run_main(capsys, "grade", str(tmp_path / "subs"), "--out", str(alice))
+    _one_line(code, err)
+    assert "lies inside the submissions" in err and alice.read_bytes() == before
+    beside = tmp_path / "subs" / "grades.csv"  # `ctl-explore grade .` in the submissions' folder: a new table there is fine
+    assert run_main(capsys, "grade", str(tmp_path / "subs"), "--out", str(beside))[0] == 0 and beside.read_text().startswith("student,")
+    assert run_main(capsys, "grade", str(tmp_path / "subs"), "--out", str(beside))[0] == 0  # and so is its own table, again
+
+
+@pytest.mark.parametrize("kind", ["file", "link"])
+def test_grade_out_over_a_users_file_or_link_is_refused_unless_overwrite(tmp_path, capsys, kind):
+    _empty_notebook(tmp_path / "subs" / "a.ipynb")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    out = notes if kind == "file" else tmp_path / "grades.csv"
+    if kind == "link": out.symlink_to(notes)
+    code, err = run_main(capsys, "grade", str(tmp_path / "subs"), "--out", str(out))
+    _one_line(code, err)
+    assert ("symbolic link" if kind == "link" else "is not a grades table") in err and "--overwrite" in err
+    assert notes.read_text() == "my notes\n"
+    assert run_main(capsys, "grade", str(tmp_path / "subs"), "--out", str(out), "--overwrite")[0] == 0
+    assert out.read_text().startswith("student,lesson,exercise,") and not out.is_symlink()
+    assert notes.read_text() == ("my notes\n" if kind == "link" else out.read_text())  # a link is replaced, its target untouched
+    assert run_main(capsys, "grade", str(tmp_path / "subs"), "--out", str(out))[0] == 0  # a table of its own is written again
+
+
+@pytest.mark.parametrize("kind", ["folder", "link"])
+def test_answer_key_out_on_a_users_folder_or_link_is_refused_and_nothing_deleted(tmp_path, capsys, kind):
+    mine = tmp_path / "mine"
+    (mine / "mathjax").mkdir(parents=True)
+    (mine / "mathjax" / "keep.js").write_text("mine")
+    (mine / "index.html").write_text("<p>my page</p>")
+    out = mine if kind == "folder" else tmp_path / "key"
+    if kind == "link": out.symlink_to(mine, target_is_directory=True)
+    code, err = run_main(capsys, "answer-key", "--out", str(out), "--no-numbers")
+    _one_line(code, err)
+    assert ("symbolic link" if kind == "link" else "did not write") in err and "--overwrite" in err
+    assert (mine / "mathjax" / "keep.js").read_text() == "mine" and (mine / "index.html").read_text() == "<p>my page</p>"
+
+
+def test_linear_eval_refuses_an_unmarked_folder_and_keeps_the_users_result(finished, tmp_path, capsys):
+    run = _copy(finished, tmp_path / "run")
+    (run / RUN_MARKER).unlink()
+    (run / "linear_eval.json").write_text('{"mine": true}')
+    code, err = run_main(capsys, "linear-eval", str(run), "--epochs", "1")
+    _one_line(code, err)
+    assert f"carries no {RUN_MARKER} marker" in err
+    assert (run / "linear_eval.json").read_text() == '{"mine": true}' and not (run / ".lock").exists()
+
+
+def _shipped_study(out: Path, rows: list[dict]) -> Path:
+    "A study folder of the digits preset holding the shipped `rows` as finished runs."
+    for r in rows: _run_folder(out, r)
+    (out / STUDY_MARKER).write_text(json.dumps(dict(written_by="ctl_explore study", format=1, preset="digits")))
+    return out
+
+
+def test_a_study_of_another_grid_on_the_same_out_says_whose_results_it_replaced(tmp_path, monkeypatch):
+    from ctl_explore.cli import study_preset
+    from ctl_explore.study import runner
+    monkeypatch.setattr(runner, "write_report", lambda rows, out, p, missing=(): Path(out) / "report.html")  # the figures cost seconds
+    first = [r for r in SHIPPED if r["tau"] in (0.05, None)]
+    out = _shipped_study(tmp_path / "study", first)
+    write_results(first, out)  # the first study's results: τ 0.05 and the Simple losses
+    shipped_05 = {r["run"] for r in first}
+    other = study_preset("digits", taus=[0.1])
+    for r in SHIPPED:
+        if r["tau"] == 0.1: _run_folder(out, r)
+    with pytest.warns(UserWarning, match=r"held the results of another study \(6 run\(s\) the digits-taus0.1 study does not plan, e\.g\. contrastive-tau0.05-seed0\)"):
+        runner.report_study(other, out)
+    assert {r["run"] for r in load_results(out / "results.json")} == {r["run"] for r in SHIPPED if r["tau"] in (0.1, None)}
+    assert all((out / "runs" / name).is_dir() for name in shipped_05)  # the first study's runs stay, to be reported again
+
+
+# ---------------------------------------------------------------- 43.2 a run folder's name is its identity's
+
+def test_taus_that_differ_in_the_eighth_digit_get_two_folders_and_shipped_runs_keep_theirs():
+    from ctl_explore.cli import study_preset
+    from ctl_explore.study.plan import run_name
+    base = PretrainConfig.from_dict(SHIPPED[0]["config"])
+    names = [run_name(dataclasses.replace(base, tau=t)) for t in (0.1, 0.10000001, 1e-05, 0.30000000000000004)]
+    assert len(set(names)) == 4 and names[:2] == ["contrastive-tau0.1-seed0", "contrastive-tau0.10000001-seed0"]
+    assert float(names[3].split("tau")[1].split("-seed")[0]) == 0.30000000000000004  # read back, the very value
+    assert [run_name(PretrainConfig.from_dict(r["config"])) for r in SHIPPED] == [r["run"] for r in SHIPPED]  # they still resume
+    assert study_preset("digits", taus=[0.1, 0.10000001]).name == "digits-taus0.1-0.10000001"
+
+
+# ---------------------------------------------------------------- 43.4 a refusal leaves no half-done state
+
+def test_a_forged_duplicate_run_is_one_sentence_exit_1_and_nothing_is_rewritten(tmp_path, capsys):
+    rows = [r for r in SHIPPED if r["tau"] in (0.05, None)]
+    out = _shipped_study(tmp_path / "study", rows)
+    write_results(rows, out)
+    before = {name: (out / name).read_bytes() for name in ("results.json", "results.csv")}
+    seed0, seed1 = rows[0], rows[1]  # contrastive, τ 0.05, seeds 0 and 1
+    forged = {**seed0, "run": seed1["run"], "seed": seed1["seed"], "config": seed1["config"]}  # seed 0's measurements as seed 1's
+    shutil.rmtree(out / "runs" / seed1["run"])
+    _run_folder(out, forged)
+    code, err = run_main(capsys, "study", "--preset", "digits", "--taus", "0.05", "--out", str(out), "--report")
+    _one_line(code, err)
+    assert "counted twice" in err and f"delete the run folder {out / 'runs' / seed1['run']}" in err
+    assert {name: (out / name).read_bytes() for name in before} == before and not (out / "report.html").exists()
+
+
+# ---------------------------------------------------------------- 43.5 every number is checked where it is parsed
+
+@pytest.mark.parametrize("value", ["0", "-1", "inf", "1e12", "nan", "abc"])
+def test_grade_time_limit_outside_its_range_is_a_sentence_naming_the_option(tmp_path, capsys, value):
+    code, err = run_main(capsys, "grade", str(tmp_path), "--time-limit", value)
+    assert code == 2 and "argument --time-limit: must be a number of seconds in (0, 86400]" in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("env, says", [
+    (dict(WORLD_SIZE="3000000000", RANK="0"), "WORLD_SIZE must be at most 1048576 (the number of processes), got 3000000000"),
+    (dict(WORLD_SIZE="2", RANK="0", MASTER_PORT="abc"), "MASTER_PORT must be an integer (the TCP port"),
+    (dict(WORLD_SIZE="2", RANK="0", MASTER_PORT="70000"), "MASTER_PORT must be at most 65535"),
+    (dict(WORLD_SIZE="2", RANK="0", MASTER_PORT="0"), "MASTER_PORT must be at least 1"),
+])
+def test_torchrun_variables_out_of_range_are_named_before_anything_starts(tmp_path, capsys, monkeypatch, env, says):
+    for k, v in env.items(): monkeypatch.setenv(k, v)
+    code, err = run_main(capsys, "pretrain", "--out", str(tmp_path / "run"), "--epochs", "1", *TINY_ARGS)
+    assert code == 2 and says in err and "Traceback" not in err and not (tmp_path / "run").exists(), err
+
+
+# ---------------------------------------------------------------- 43.3 linear-eval checks what it evaluates
+
+def test_linear_eval_refuses_a_checkpoint_of_another_run_copied_into_the_folder(finished, tmp_path, capsys):
+    run = _copy(finished, tmp_path / "run")
+    before = (run / "linear_eval.json").read_bytes() if (run / "linear_eval.json").exists() else None
+    state = load_checkpoint(run / "checkpoint.pt")
+    save_checkpoint(run / "checkpoint.pt", {**state, "config": {**state["config"], "loss": "simple"}})  # a simple run's, same shapes
+    code, err = run_main(capsys, "linear-eval", str(run), "--epochs", "1")
+    _one_line(code, err)
+    assert "holds a run of another configuration" in err and "loss 'simple' where config.json says 'contrastive'" in err
+    assert ((run / "linear_eval.json").read_bytes() if (run / "linear_eval.json").exists() else None) == before
+
+
+# ---------------------------------------------------------------- 43.7 quiet means quiet
+
+@pytest.mark.parametrize("quiet", [True, False])
+def test_the_device_line_is_said_once_and_never_with_quiet(tmp_path, capsys, monkeypatch, quiet):
+    from ctl_explore import distributed
+    monkeypatch.setattr(distributed, "_AUTO_SAID", set())  # as in a fresh process
+    (tmp_path / "a-file").write_text("not a folder")  # refused just after the device is resolved: no training
+    code, err = run_main(capsys, "pretrain", "--out", str(tmp_path / "a-file"), "--epochs", "1", "--device", "auto",
+                         *(["--quiet"] if quiet else []))
+    assert code == 1 and err.count("device 'auto' is") == (0 if quiet else 1), err
+    assert distributed.DEVICE_LINE_ENV not in os.environ  # the command's setting ends with it
+
+
+# ---------------------------------------------------------------- 43.6 what a submission cannot reach
+
+def test_a_symlinked_submission_is_not_read_and_an_escape_coded_name_is_escaped(tmp_path):
+    from ctl_explore.grading import grade
+    secret = tmp_path / "secret.txt"
+    secret.write_text("SECRET_TOKEN=abc123\n")
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    (subs / "bob.ipynb").symlink_to(secret)
+    _empty_notebook(subs / "\x1b]0;pwned\x07\x1b[2Jeve" / "a.ipynb")
+    lines = []
+    rows = grade([subs], tmp_path / "grades.csv", time_limit=5, echo=lines.append)
+    bob = [r for r in rows if r["student"] == "bob"]
+    assert len(bob) == 1 and bob[0]["status"] == "error" and "symbolic link" in bob[0]["reason"]
+    assert "SECRET" not in (tmp_path / "grades.csv").read_text() and not any("SECRET" in line for line in lines)
+    assert lines and not any(c in line for line in lines for c in "\x1b\x07"), lines
+    assert any("\\x1b]0;pwned\\x07" in line for line in lines)
+
+
+def test_grading_kills_every_process_the_notebook_started_setsid_and_double_fork_too(tmp_path, monkeypatch):
+    nbformat = pytest.importorskip("nbformat")
+    pytest.importorskip("nbclient")
+    from ctl_explore import grading
+    monkeypatch.setattr(grading, "_grade_in_child", lambda lesson, answers, time_limit: [])  # the checks are not this test's
+    pids = tmp_path / "pids"
+    cell = ("import os, subprocess\n# check_06_1\nkids = [subprocess.Popen(['sleep', '120'], start_new_session=True) for _ in range(3)]\n"
+            "r, w = os.pipe()\n"
+            "if os.fork() == 0:\n    os.setsid()\n    pid = os.fork()\n    if pid == 0: os.execvpe('sleep', ['sleep', '121'], {})\n"
+            "    os.write(w, str(pid).encode()); os._exit(0)\n"
+            "late = os.read(r, 32).decode()\n"
+            f"open({str(pids)!r}, 'w').write(' '.join([str(k.pid) for k in kids] + [late]))")
+    path = tmp_path / "sub.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell)]), path)
+    before = set(Path(tempfile.gettempdir()).glob(f"{grading.GRADE_TMP_PREFIX}{os.getpid()}-*"))
+    grading.grade_notebook(path, "mallory", time_limit=30)
+    started = [int(p) for p in pids.read_text().split()]
+    assert len(started) == 4
+    def alive(pid):
+        try: return not Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in "ZX"
+        except OSError: return False
+    assert not [p for p in started if alive(p)], "processes the submission started outlived its grading"
+    assert set(Path(tempfile.gettempdir()).glob(f"{grading.GRADE_TMP_PREFIX}{os.getpid()}-*")) == before
+
+
+def test_a_killed_gradings_folder_and_processes_are_removed_by_the_next_grade(tmp_path):
+    from ctl_explore import grading
+    gone = subprocess.Popen(["true"]); gone.wait()  # a grader's pid that no longer runs
+    folder = Path(tempfile.mkdtemp(prefix=f"{grading.GRADE_TMP_PREFIX}{gone.pid}-"))
+    (folder / "kernel-0.json").write_text("{}")
+    left = subprocess.Popen(["sleep", "120"], env={**os.environ, grading.GRADE_TOKEN_ENV: folder.name}, start_new_session=True)
+    try:
+        assert folder in grading.remove_stale_gradings()
+        assert not folder.exists() and left.wait(timeout=10) == -9
+    finally:
+        if left.poll() is None: left.kill(); left.wait()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_path_with_escape_codes_reaches_the_terminal_escaped(tmp_path, capsys):
+    code, err = run_main(capsys, "grade", str(tmp_path / "\x1b]0;pwned\x07\x1b[2Jgone"), "--out", str(tmp_path / "g.csv"))
+    _one_line(code, err)
+    assert "no notebook or folder at" in err and "\x1b" not in err and "\x07" not in err and "\\x1b]0;pwned\\x07" in err

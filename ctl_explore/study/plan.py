@@ -14,7 +14,7 @@ from ..train import PretrainConfig, default_lam, negatives_seen
 
 # %% auto #0
 __all__ = ['TAU_GRID', 'STUDY_LOSSES', 'SWEPT', 'PRESETS', 'takes_tau', 'StudyPreset', 'check_preset', 'get_preset', 'run_config',
-           'study_configs', 'run_name']
+           'study_configs', 'exact_text', 'run_name']
 
 # %% ../../nbs/20_study_plans.ipynb #20a1c006
 TAU_GRID = (0.05, 0.07, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)  # our grid over the range of [WL21]'s figures; its text names only 0.2 and 0.3 (best)
@@ -198,7 +198,12 @@ def study_configs(preset: StudyPreset, n_train: int) -> list[PretrainConfig]:
     return [run_config(p, loss, tau, seed, n_train)
             for loss in p.losses for tau in (p.taus if takes_tau(loss) else (None,)) for seed in p.seeds]
 
+def exact_text(value: float) -> str:
+    "`value` as a name can hold it without losing a digit: the short `g` form (0.1, 1e-05) when it reads back as the same float, else the full `repr` (0.10000001), so two different values never share a name."
+    short = format(value, "g")
+    return short if float(short) == value else repr(float(value))
+
 def run_name(config: PretrainConfig) -> str:
-    "A folder name that identifies a run of a study."
+    "A folder name that identifies a run of a study: τ written exactly (`exact_text`), so two runs of different τ never share a folder; τ of six digits or fewer keep the names earlier versions gave them."
     if not takes_tau(config.loss): return f"{config.loss}-seed{config.seed}"
-    return f"{config.loss}-tau{config.tau:g}-seed{config.seed}"
+    return f"{config.loss}-tau{exact_text(config.tau)}-seed{config.seed}"

@@ -5,7 +5,9 @@
 # %% ../../nbs/16_study_machinery.ipynb #6dceb6fb
 from __future__ import annotations
 
+import json
 import math
+import re
 import time
 import warnings
 from pathlib import Path
@@ -35,6 +37,26 @@ def _n_train(p: StudyPreset) -> int:
 
 def _probe(p: StudyPreset) -> dict:
     return dict(linear_epochs=p.linear_epochs, normalize=p.probe_normalize, augment=p.probe_augment)
+
+def _judgeable(rows: list[dict], out_dir: Path) -> None:
+    "`StudyError` before anything is written when the judge would refuse `rows` (a run counted twice, an accuracy its record contradicts), naming the run folder to delete: the same command then trains and measures it again."
+    from ctl_explore.study.judge import JudgeError, check_rows
+    try: check_rows(rows)
+    except JudgeError as e:
+        named = re.findall(r"'([^']+)'", str(e))
+        folder = out_dir / "runs" / named[-1] if named else out_dir / "runs"
+        raise StudyError(f"{e}. Nothing was written (results.json and report.html are as they were): delete the run folder {folder} "
+                         "and run the same command, which trains and measures that run again") from None
+
+def _say_replaced(out_dir: Path, p: StudyPreset, planned: list[str]) -> None:
+    "Warn, before results.json and report.html are written again, when they hold runs that this study does not plan: another study's (of another grid) sharing the folder, whose results are about to be replaced."
+    try: old = [r.get("run") for r in json.loads((out_dir / "results.json").read_text()) if isinstance(r, dict)]
+    except (OSError, ValueError, TypeError, UnicodeDecodeError): return  # none yet, or not readable: nothing to name
+    other = [name for name in old if name not in set(planned)]
+    if other:
+        warnings.warn(f"{out_dir / 'results.json'} and report.html held the results of another study ({len(other)} run(s) the {p.name} "
+                      f"study does not plan, e.g. {printable(str(other[0]))}); they now hold the {p.name} study's. That study's run folders "
+                      "stay in runs/: its own command with --report writes its results again", stacklevel=3)
 
 def _finished(run_dir: Path, config: PretrainConfig, stretch, probe: dict) -> dict | None:
     "The run's row if it is finished and passes every check (quietly: the run's worker says what failed when it measures it again)."
@@ -108,6 +130,8 @@ def run_study(
         bar.close()
         if pool is not None: pool.close(kill=killed, term_s=60.0 if terminated else None)
     ordered = [rows[i] for i in range(len(configs))]
+    _judgeable(ordered, out_dir)
+    _say_replaced(out_dir, p, [d.name for d in dirs])
     write_results(ordered, out_dir)
     if refused:
         raise StudyError(refused[0] + (f" ({len(refused) - 1} more run(s) refused likewise; {out_dir / 'results.json'} names them)"
@@ -212,5 +236,7 @@ def report_study(preset: StudyPreset, out_dir: str | Path | None = None) -> tupl
     rows, missing = gather(p, out)
     if not rows: raise StudyError(f"no run of the {p.name} study has finished in {out} yet ({len(missing)} to go)")
     claim_study_folder(out, p)
+    _judgeable(rows, out)
+    _say_replaced(out, p, [item["run"] for item in study_plan(p)])
     write_results(rows, out)
     return write_report(rows, out, p, missing), missing
