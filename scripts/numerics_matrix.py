@@ -58,11 +58,16 @@ NUMERIC_TESTS = ("tests/test_pretrain.py", "tests/test_linear_eval.py", "tests/t
 
 
 def cpu_model() -> str:
-    "The CPU's model name as the kernel reports it (or the platform's processor string)."
+    "The CPU as the kernel reports it: model name, family and model, and its widest vector instructions (or the platform's string)."
+    info = {}
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"): return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown CPU"
+            key, _, value = line.partition(":")
+            info.setdefault(key.strip(), value.strip())
+    if not info: return platform.processor() or "unknown CPU"
+    flags = set(info.get("flags", "").split())
+    widest = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
+    return f"{info.get('model name', 'unknown CPU')} (family {info.get('cpu family', '?')}, model {info.get('model', '?')}; {widest})"
 
 
 def _one_notebook(path: str) -> dict:
@@ -203,6 +208,9 @@ def main(argv=None) -> int:
                            env=env, check=True)
             res = json.loads((scratch / f"{s}.json").read_text())
         if tests:
+            if not notebooks:  # the kernels torch picks under this setting, as run_notebooks records them
+                probe = "import json, torch; print(json.dumps({'torch': torch.__version__, 'cpu_capability': torch.backends.cpu.get_cpu_capability()}))"
+                res["info"] = json.loads(subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True).stdout)
             res.update(run_tests(tests, env, scratch))
             print(f"  pytest: {sum(t['outcome'] == 'failed' for t in res['tests'].values())} failed of {len(res['tests'])}", flush=True)
         res["wall_s"] = round(time.time() - t0)
