@@ -37,10 +37,11 @@ class Finding:
 
 @dataclass(frozen=True)
 class Judged:
-    "What a finding's judge returns: the parts it tested, its number of tests, and its measured text when not its parts' joined."
+    "What a finding's judge returns: the parts it tested, its number of tests, its measured text when not its parts' joined, and whether its claim is a conjunction of its parts."
     parts: list
     tests: int
     measured: str | None = None
+    conjunction: bool = False  # the claim is this *and* that: one part not reproduced makes the finding not reproduced
 
 @dataclass(frozen=True, eq=False)
 class FindingRule:
@@ -118,12 +119,14 @@ class TrendClaim(NamedTuple):
 def _trend_statement(loss: str, trends: tuple) -> str:
     what = " and ".join(f"{c.words} {'rising' if c.sign > 0 else 'falling'} (margin {_m(c.margin)})" for c in trends)
     return (f"{_words(loss)}, {what} with τ: from the smallest to the largest planned τ the change is present (its interval above 0) "
-            "or absent (below the margin), and between every pair of neighbouring τ no step lies wholly against the paper (a "
-            "reversal); with a reversal it is partly reproduced only where it holds over two or more neighbouring steps")
+            "or absent (below the margin); over every stretch of the grid (every pair of planned τ) none lies wholly against the "
+            "paper (a reversal), and the change is not confined to one step (elsewhere below half the margin: partly); with a "
+            "reversal it is partly reproduced only where it holds over two or more steps and the ends do not go against the paper; "
+            "one claim not reproduced makes the finding not reproduced")
 
 def _judge_trends(study: Checked, loss: str, trends: tuple) -> Judged:
-    "Each claim end to end and between every pair of neighbouring τ: K tests per claim, K the number of planned τ."
-    return Judged(*judge_trends(study, tuple((c.metric, c.sign, c.label, MARGINS[c.margin].value) for c in trends), loss))
+    "Each claim over every stretch of the planned τ: K(K − 1)/2 tests per claim, K the number of planned τ; the claims a conjunction."
+    return Judged(*judge_trends(study, tuple((c.metric, c.sign, c.label, MARGINS[c.margin].value) for c in trends), loss), conjunction=True)
 
 register_finding(FINDINGS, 1, "Uniformity rises as τ falls; tolerance rises as τ rises (Fig 4, 5).", _trend_statement, loss="contrastive",
                  trends=(TrendClaim("uniformity", -1, "uniformity", "uniformity", "uniformity"),
@@ -151,7 +154,7 @@ def _hard_statement(loss: str, hard: str, best_taus: tuple) -> str:
                   "(Fig 6, 7, 9).", _hard_statement, loss="contrastive", hard="hard_contrastive", best_taus=BEST_TAUS)
 def _judge_hard(study: Checked, loss: str, hard: str, best_taus: tuple) -> Judged:
     "The hard loss (ctl_explore.study.judge.judge_hard)."
-    return Judged(*judge_hard(study, loss, hard, best_taus))
+    return Judged(*judge_hard(study, loss, hard, best_taus), conjunction=True)
 
 def _simple_statement(loss: str, simple: str, hard_simple: str, best_taus: tuple) -> str:
     return (f"at τ = {_or(best_taus)}: the {_words(loss)} − {_words(simple)} lies above {_m('far_worse')} (far worse: [WL21] Table 1's "
@@ -162,7 +165,7 @@ def _simple_statement(loss: str, simple: str, hard_simple: str, best_taus: tuple
                   loss="contrastive", simple="simple", hard_simple="hard_simple", best_taus=BEST_TAUS)
 def _judge_simple(study: Checked, loss: str, simple: str, hard_simple: str, best_taus: tuple) -> Judged:
     "Simple and HardSimple (ctl_explore.study.judge.judge_simple)."
-    return Judged(*judge_simple(study, loss, simple, hard_simple, best_taus))
+    return Judged(*judge_simple(study, loss, simple, hard_simple, best_taus), conjunction=True)
 
 register_finding(FINDINGS, 5, "Smaller τ widens the gap between the positive and the top-10 negatives; larger τ pushes the positive "
                  "similarity toward 1 (Fig 8).", _trend_statement, loss="contrastive",
@@ -186,11 +189,10 @@ def _judge(all_rows: list[dict], permutations: int | None = None, registry: dict
         j = spec.judge(ch, **spec.params)
         parts.extend(j.parts)
         power, seeds = finding_power(j.parts, j.tests, ch.typical_seeds) if with_power else (0.0, None)
-        found.append(Finding(n, spec.claim, j.measured or "; ".join(p.measured for p in j.parts), combine(j.parts),
+        found.append(Finding(n, spec.claim, j.measured or "; ".join(p.measured for p in j.parts), combine(j.parts, j.conjunction),
                              rule_text(n, j.tests, registry), "; ".join(p.where for p in j.parts if p.where), evidence, "", power, seeds))
     return found, parts
 
 def findings(rows: list[dict], permutations: int | None = None, plan: dict | None = None) -> list[Finding]:
     "[WL21]'s findings (`FINDINGS`), each with what the usable `rows` measured, its verdict, where it breaks, its power and the seeds it needs, and the runs it rests on."
     return _judge(rows, permutations, plan=plan)[0]
-

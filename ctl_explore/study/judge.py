@@ -17,10 +17,10 @@ from .plan import get_preset, takes_tau
 from .stats import BEST_TAUS, SIGNIFICANCE, VERDICTS, Difference, _t, difference, metric_value
 
 # %% auto #0
-__all__ = ['MIN_SEEDS', 'MEASURED', 'MARGINS', 'KINDS', 'JudgeError', 'recheck_flags', 'Checked', 'planned_cells', 'check_rows',
-           'Margin', 'level_of', 'classify', 'power_at', 'Test', 'make_test', 'seeds_for_power', 'Part', 'trend_part',
-           'tests_part', 'judge_trends', 'judge_peak', 'judge_hard', 'judge_simple', 'combine', 'finding_power',
-           'permutation_null', 'primer_figure']
+__all__ = ['MIN_SEEDS', 'MEASURED', 'READ', 'DUPLICATE_TOLERANCE', 'DUPLICATE_IMAGES', 'MARGINS', 'KINDS', 'JudgeError',
+           'recheck_flags', 'Checked', 'planned_cells', 'check_rows', 'Margin', 'level_of', 'classify', 'power_at',
+           'Test', 'make_test', 'seeds_for_power', 'Part', 'trend_tests', 'trend_part', 'tests_part', 'judge_trends',
+           'judge_peak', 'judge_hard', 'judge_simple', 'combine', 'finding_power', 'permutation_null', 'primer_figure']
 
 # %% ../../nbs/28_study_judge.ipynb #12499ab7
 MIN_SEEDS = 2  # a cell needs this many usable seeds for any verdict but "undecided": one seed has no spread to judge by
@@ -29,7 +29,37 @@ MEASURED = ("linear_top1", "uniformity", "tolerance", "alignment", "pos_similari
 class JudgeError(ValueError):
     "Rows the judge refuses to judge; its message is one sentence naming the run and what is wrong."
 
-def _finite(v) -> bool: return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+READ = ("run", "loss", "tau", "linear_top1", "uniformity", "tolerance", "pos_similarity", "top10_negatives", "neighbour_purity", "n_test")
+DUPLICATE_TOLERANCE = 1e-4  # two runs of different seeds differ by more than this in some measurement (the shipped study's closest pair: 0.006)
+DUPLICATE_IMAGES = 3        # ... and their per-image records may differ on as few as 1 of 359 images, so a record alone never decides
+
+def _finite(v) -> bool:
+    "A finite real number: a Python int or float, or a numpy scalar of one (a bool is not a number)."
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_)) and math.isfinite(v)
+
+def _plain(v):
+    "A numpy scalar as the Python number it is; anything else as it is."
+    return v.item() if isinstance(v, (np.integer, np.floating)) else v
+
+def _as_read(row: dict) -> dict:
+    "The row with numpy scalars as Python numbers (a copy only when it holds one, so that the caller's rows stay the objects they gave)."
+    if not any(isinstance(v, (np.generic, np.ndarray)) for v in row.values()) and not any(
+            isinstance(v, (np.generic, np.ndarray)) for v in row.get("top10_negatives") or ()):
+        return row
+    out = {k: _plain(v) for k, v in row.items()}
+    if isinstance(out.get("top10_negatives"), (list, tuple, np.ndarray)): out["top10_negatives"] = [_plain(v) for v in out["top10_negatives"]]
+    return out
+
+def _check_keys(row: dict, i: int) -> None:
+    "A live row holds everything the judge reads; a failed one its loss and τ."
+    name = row.get("run", f"number {i + 1}")
+    need = ("loss", "tau") if row.get("failed") else READ
+    lost = [k for k in need if k not in row]
+    if lost: raise JudgeError(f"row {name!r} has no {', '.join(lost)}, which the judge reads (a study's results.json holds them)")
+    if not row.get("failed") and not (isinstance(row["n_test"], (int, np.integer)) and not isinstance(row["n_test"], bool) and row["n_test"] >= 1):
+        raise JudgeError(f"run {name!r}: n_test is {row['n_test']!r}, not a number of test images; an accuracy's error needs it")
+    if not row.get("failed") and not isinstance(row["top10_negatives"], (list, tuple)):
+        raise JudgeError(f"run {name!r}: top10_negatives is {row['top10_negatives']!r}, not a list of ten similarities")
 
 def _check_finite(row: dict) -> None:
     "Every measured value of a row is a finite number."
@@ -57,33 +87,57 @@ def _check_record(row: dict) -> None:
         raise JudgeError(f"run {name!r}: linear_top1 is {row['linear_top1']:.6f}, but its per-image record gives "
                          f"{record.count('1')}/{len(record)} = {share:.6f}")
 
-def _fingerprint(row: dict) -> tuple:
-    "What two runs of different seeds never share: every measured value and the per-image record."
-    return tuple(row.get(k) for k in MEASURED) + (tuple(row.get("top10_negatives") or ()), row.get("probe_correct"))
+def _measures(row: dict) -> np.ndarray:
+    "Every measured value of a row, its accuracy first, in one vector (a measure it lacks as NaN)."
+    v = [row.get(k) for k in MEASURED] + list(row.get("top10_negatives") or [math.nan] * 10)[:10]
+    return np.array([math.nan if x is None else x for x in v] + [math.nan] * (16 - len(v)), float)
+
+def _near_pairs(rows: list[dict]) -> list[tuple[int, int, str]]:
+    """The pairs of `rows` that are one run (i < j, and how): every measurement but the accuracy within DUPLICATE_TOLERANCE,
+    and their per-image records differing on at most DUPLICATE_IMAGES images (their accuracies within the tolerance when a
+    row holds no record)."""
+    if len(rows) < 2: return []
+    m = np.stack([_measures(r) for r in rows])
+    gap = np.abs(m[:, None, 1:] - m[None, :, 1:])
+    close = np.all((gap <= DUPLICATE_TOLERANCE) | (np.isnan(m[:, None, 1:]) & np.isnan(m[None, :, 1:])), axis=2)
+    out = []
+    for i, j in zip(*np.nonzero(np.triu(close, 1))):
+        ra, rb = rows[i].get("probe_correct"), rows[j].get("probe_correct")
+        if isinstance(ra, str) and isinstance(rb, str) and len(ra) == len(rb):
+            apart = int((np.frombuffer(ra.encode(), np.uint8) != np.frombuffer(rb.encode(), np.uint8)).sum())
+            if apart <= DUPLICATE_IMAGES:
+                out.append((int(i), int(j), f"measurements within {DUPLICATE_TOLERANCE:g} and per-image records "
+                                            + ("identical" if not apart else f"apart on {apart} image" + "s" * (apart > 1))))
+        elif abs(m[i, 0] - m[j, 0]) <= DUPLICATE_TOLERANCE: out.append((int(i), int(j), f"measurements within {DUPLICATE_TOLERANCE:g}"))
+    return out
 
 def _check_duplicates(rows: list[dict]) -> None:
-    "One run counted twice: the same loss, τ and seed; the same full configuration; or the same measurements under two labels."
+    """One run counted twice: the same loss, τ and seed; the same full configuration; or measurements so close under two labels
+    (`_near`) that no second seed makes them."""
     seen: dict = {}
     for r in rows:
         keys = [("the same loss, τ and seed", (r["loss"], r["tau"], r.get("seed")))]
         config = r.get("config") or {}
         if "seed" in config: keys.append(("identical configurations", repr(sorted(config.items()))))  # a full configuration
-        keys.append(("identical measurements and per-image records", _fingerprint(r)))
         for what, key in keys:
             if (what, key) in seen:
                 raise JudgeError(f"runs {seen[(what, key)]!r} and {r.get('run')!r} are one run counted twice ({what}); keep one of them")
             seen[(what, key)] = r.get("run")
+    for i, j, why in _near_pairs(rows)[:1]:
+        raise JudgeError(f"runs {rows[i].get('run')!r} and {rows[j].get('run')!r} are one run counted twice ({why}); keep one of them")
 
-def recheck_flags(row: dict) -> dict:
-    """The row's flags from its own numbers: collapsed when its final uniformity is below its criteria's collapse floor;
-    converged by `check_run` on its trajectory when it holds one, its full configuration and the criteria it was judged by
-    (else the row's own flag: a row from before the criteria were recorded)."""
-    criteria = Criteria(**row["criteria"]) if isinstance(row.get("criteria"), dict) else CRITERIA
+def recheck_flags(row: dict, criteria: Criteria | None = None) -> dict:
+    """The row's flags from its own numbers, by `criteria` (the study's; None: the criteria the row records, else CRITERIA, as a
+    row's own consistency check reads it): collapsed when its final uniformity is below the collapse floor; converged by
+    `check_run` on its trajectory when it holds one and its full configuration (else the row's own flag)."""
+    own = isinstance(row.get("criteria"), dict)
+    if criteria is None: criteria = Criteria(**row["criteria"]) if own else CRITERIA
+    elif not isinstance(criteria, Criteria): raise JudgeError(f"criteria must be a Criteria (appendix 21), got {type(criteria).__name__}")
     out = dict(collapsed=row["uniformity"] < criteria.collapse_floor, converged=bool(row.get("converged")))
     config = row.get("config") or {}
-    if row.get("trajectory") and "seed" in config and isinstance(row.get("criteria"), dict):
+    if row.get("trajectory") and "seed" in config and own:
         try: out["converged"] = check_run(row["trajectory"], PretrainConfig.from_dict(config), criteria)["converged"]
-        except ValueError as e: raise JudgeError(f"run {row.get('run')!r}: its trajectory cannot be judged by its own criteria ({e})") from None
+        except ValueError as e: raise JudgeError(f"run {row.get('run')!r}: its trajectory cannot be judged by the study's criteria ({e})") from None
     return out
 
 def _cell_name(cell) -> str:
@@ -119,24 +173,32 @@ def planned_cells(preset) -> dict:
     p = get_preset(preset)
     return {(l, t): len(p.seeds) for l in p.losses for t in (p.taus if takes_tau(l) else (None,))}
 
-def check_rows(rows: list[dict], plan: dict | None = None, resampled: bool = False, memo: dict | None = None) -> Checked:
-    """Check `rows` before judging: raise JudgeError (one sentence) on a non-finite value, an accuracy that is not its record's, or
-    a run counted twice (unless `resampled`: seeds drawn again with replacement repeat runs on purpose); recompute the flags from
-    each row's own numbers; count each planned cell's usable seeds (`plan`: {(loss, τ): seeds}, default every cell any row names,
-    failed or not). `memo`: a dict the caller keeps, with the rows, across calls on the same row objects (seed resampling):
+def check_rows(rows: list[dict], plan: dict | None = None, resampled: bool = False, memo: dict | None = None,
+               criteria: Criteria = CRITERIA) -> Checked:
+    """Check `rows` before judging: raise JudgeError (one sentence) on an empty study, a row lacking what the judge reads
+    (`READ`: an accuracy's error needs `n_test`), a non-finite value, an accuracy that is not its record's, or a run counted
+    twice, even with its values moved a little (unless `resampled`: seeds drawn again with replacement repeat runs on purpose);
+    read numpy scalars as the numbers they are; recompute the flags from each row's own numbers by the study's `criteria`
+    (never the criteria a row carries); count each planned cell's usable seeds (`plan`: {(loss, τ): seeds}, default every
+    cell any row names, failed or not). `memo`: a dict the caller keeps, with the rows, across calls on the same row objects (seed resampling):
     each row is checked and its flags recomputed once, on first sight."""
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise JudgeError(f"rows must be a list of dicts, the rows of results.json; got {type(rows).__name__}")
+    if not rows: raise JudgeError("the study holds no rows, so there is nothing to judge; give it the rows of a study's results.json")
+    if not isinstance(criteria, Criteria): raise JudgeError(f"criteria must be a Criteria (appendix 21), got {type(criteria).__name__}")
+    for i, r in enumerate(rows): _check_keys(r, i)
+    given, rows = rows, [_as_read(r) for r in rows]
+    memo_key = {id(r): id(g) for r, g in zip(rows, given)}  # the memo knows a row by the object the caller gave (a copy holds numpy's numbers as Python's)
     live = [r for r in rows if not r.get("failed")]
     for r in live:
-        if memo is not None and id(r) in memo: continue
+        if memo is not None and memo_key[id(r)] in memo: continue
         _check_finite(r)
         _check_record(r)
-        if memo is not None: memo[id(r)] = recheck_flags(r)
+        if memo is not None: memo[memo_key[id(r)]] = recheck_flags(r, criteria)
     if not resampled: _check_duplicates(live)
     usable, notes = [], []
     for r in live:
-        flags = recheck_flags(r) if memo is None else memo[id(r)]
+        flags = recheck_flags(r, criteria) if memo is None else memo[memo_key[id(r)]]
         for key in ("collapsed", "converged"):
             if key in r and bool(r[key]) != flags[key]:
                 notes.append(f"run {r['run']} is flagged {key}={bool(r[key])}, its own numbers say {flags[key]}: judged by its numbers")
@@ -246,32 +308,51 @@ def _mean_sd(rows, metric, loss, tau) -> str:
     v = [metric_value(r, metric) for r in rows if r["loss"] == loss and r["tau"] == tau]
     return f"{np.mean(v):.3f} ± {np.std(v, ddof=1) if len(v) > 1 else 0.0:.3f}"
 
+def _stretches(n: int) -> list[tuple[int, int]]:
+    "Every stretch (i, j), i < j, of a grid of `n` points: the pairs a trend is judged over, neighbours and ends among them."
+    return [(i, j) for i in range(n) for j in range(i + 1, n)]
+
+def trend_tests(n: int) -> int:
+    "The tests a trend over `n` planned τ makes: one per stretch of the grid."
+    return len(_stretches(n))
+
 def trend_part(ch: Checked, metric: str, sign: int, label: str, margin: float, m: int, loss: str = "contrastive") -> Part:
-    "A monotone claim over the planned τ of `loss` (`sign` +1: rising with τ), end to end against `margin`, with reversals between neighbours."
+    """A monotone claim over the planned τ of `loss` (`sign` +1: rising with τ), judged over every stretch of the grid (every
+    pair τ_i < τ_j, at the level of `m` tests). End to end against `margin`: present, absent or undecided. A *reversal* is a
+    stretch whose interval lies wholly against the paper, however many steps it spans. A trend is *confined* when, outside
+    one step, every stretch it spans shows less than half the margin: it lives in that step alone. Reproduced: present end
+    to end, no reversal, not confined. Partly: present end to end but confined; or reversed somewhere, yet present over a
+    stretch of two or more steps that holds no reversal, while the ends do not go against the paper. Not reproduced: absent
+    end to end without a reversal; ends against the paper; or reversals with no such stretch."""
     taus = ch.taus(loss)
     short = ch.short([(loss, t) for t in taus])
     if len(taus) < 3 or short: return _short_part(label, short or [f"{len(taus)} τ planned for {loss}; a trend needs 3"])
-    level, rows = level_of(m), ch.rows
-    ends = make_test(f"τ {taus[0]:g} → {taus[-1]:g}", difference(rows, metric, (loss, taus[0]), (loss, taus[-1])), level, margin, "direction", sign)
-    steps = [difference(rows, metric, (loss, a), (loss, b)) for a, b in zip(taus, taus[1:])]
-    back = [i for i, d in enumerate(steps) if classify(d, level, 0.0, "size", -sign) > 0]
+    level, rows, k = level_of(m), ch.rows, len(taus)
+    d = {(i, j): difference(rows, metric, (loss, taus[i]), (loss, taus[j])) for i, j in _stretches(k)}
+    ends = make_test(f"τ {taus[0]:g} → {taus[-1]:g}", d[(0, k - 1)], level, margin, "direction", sign)
+    reversed_ = [s for s in d if classify(d[s], level, 0.0, "size", -sign) > 0]
+    innermost = [s for s in reversed_ if not any(r != s and s[0] <= r[0] and r[1] <= s[1] for r in reversed_)]  # the shortest, named
     measured = (f"{label}: τ {taus[0]:g} → {taus[-1]:g} {ends.text} in the paper's direction (margin {margin:g}); by τ "
                 + ", ".join(f"{t:g}: {_mean_sd(rows, metric, loss, t)}" for t in taus))
-    where = "; ".join(f"{label} reverses between τ = {taus[i]:g} and {taus[i + 1]:g}: {_iv(steps[i], level, sign)}" for i in back)
-    marks = [(metric, loss, taus[i], taus[i + 1]) for i in back]
+    where = "; ".join(f"{label} reverses between τ = {taus[i]:g} and {taus[j]:g}: {_iv(d[(i, j)], level, sign)}" for i, j in innermost)
+    marks = [(metric, loss, taus[i], taus[j]) for i, j in innermost]
     part = lambda verdict, where: Part(label, verdict, measured, where, marks, ends.power, [ends])
-    if not back:
+    against = sign * ends.d.value <= 0  # the curve ends where it began, or lower than the paper says
+    if not reversed_:
         if ends.outcome < 0: return part(VERDICTS[2], f"{label} changes less than {margin:g} from τ = {taus[0]:g} to {taus[-1]:g}: {ends.text}")
-        return part(VERDICTS[0] if ends.outcome > 0 else VERDICTS[3], "")
-    stretches, start = [], 0  # runs of neighbouring steps without a reversal
-    for i in range(len(steps) + 1):
-        if i == len(steps) or i in back:
-            if i - start >= 2: stretches.append((start, i))
-            start = i + 1
-    for a, b in sorted(stretches, key=lambda s: s[0] - s[1]):
-        d = difference(rows, metric, (loss, taus[a]), (loss, taus[b]))
-        if classify(d, level, 0.0, "direction", sign) > 0:
-            return part(VERDICTS[1], f"{label} holds from τ = {taus[a]:g} to {taus[b]:g} ({_iv(d, level, sign)}); {where}")
+        if ends.outcome == 0: return part(VERDICTS[3], "")
+        flat = lambda i, j: i == j or classify(d[(i, j)], level, margin / 2, "direction", sign) < 0
+        for s in range(k - 1):
+            if flat(0, s) and flat(s + 1, k - 1):
+                return part(VERDICTS[1], f"{label} changes only between τ = {taus[s]:g} and {taus[s + 1]:g}: "
+                                         f"{_iv(d[(s, s + 1)], level, sign)}; elsewhere less than {margin / 2:g}")
+        return part(VERDICTS[0], "")
+    if against:
+        return part(VERDICTS[2], f"{where}; end to end {ends.text}, not in the paper's direction")
+    holding = [(i, j) for i, j in d if j - i >= 2 and not any(i <= a and b <= j for a, b in reversed_)]
+    for i, j in sorted(holding, key=lambda s: s[0] - s[1]):
+        if classify(d[(i, j)], level, 0.0, "direction", sign) > 0:
+            return part(VERDICTS[1], f"{label} holds from τ = {taus[i]:g} to {taus[j]:g} ({_iv(d[(i, j)], level, sign)}); {where}")
     return part(VERDICTS[2], f"{where}; no stretch of two or more steps over which it holds")
 
 def tests_part(claim: str, tests: list[Test], how: str) -> Part:
@@ -283,8 +364,8 @@ def tests_part(claim: str, tests: list[Test], how: str) -> Part:
                 "; ".join(f"{claim} fails at {t.where}: {t.text}" for t in tests if t.outcome < 0), [], min(t.power for t in tests), tests)
 
 def judge_trends(ch: Checked, trends: tuple, loss: str = "contrastive") -> tuple[list[Part], int]:
-    "Each (metric, sign, label, margin) of `trends` end to end and between every neighbouring pair: K tests each, K the planned τ."
-    m = len(trends) * len(ch.taus(loss))
+    "Each (metric, sign, label, margin) of `trends` over every stretch of the planned τ: K(K − 1)/2 tests each, K the planned τ."
+    m = len(trends) * trend_tests(len(ch.taus(loss)))
     return [trend_part(ch, metric, sign, label, margin, m, loss) for metric, sign, label, margin in trends], m
 
 def judge_peak(ch: Checked, loss: str = "contrastive", metric: str = "linear_top1", best_taus: tuple = BEST_TAUS,
@@ -353,9 +434,11 @@ def judge_simple(ch: Checked, loss: str = "contrastive", simple: str = "simple",
     return [tests_part("Simple far worse", far, f"ordinary − Simple above {fw:.4g}"),
             tests_part("HardSimple competitive", comp, f"ordinary − HardSimple below {cp:g}")], m
 
-def combine(parts: list[Part]) -> str:
-    "A finding's verdict from its parts': all reproduced, or all not; partly when some hold and some break; else undecided."
+def combine(parts: list[Part], conjunction: bool = False) -> str:
+    """A finding's verdict from its parts': all reproduced, or all not; partly when some hold and some break; else undecided.
+    A `conjunction` (a claim that is this *and* that) is not reproduced as soon as one part is: a refuted conjunct refutes it."""
     v = [p.verdict for p in parts]
+    if conjunction and VERDICTS[2] in v: return VERDICTS[2]
     if v and all(x == VERDICTS[0] for x in v): return VERDICTS[0]
     if v and all(x == VERDICTS[2] for x in v): return VERDICTS[2]
     return VERDICTS[1] if any(x in VERDICTS[:2] for x in v) and any(x in VERDICTS[1:3] for x in v) else VERDICTS[3]
@@ -378,19 +461,19 @@ def permutation_null(x, y, permutations: int = 2000, seed: int = 0) -> tuple[flo
 def primer_figure(rows: list[dict], metric: str = "neighbour_purity", permutations: int = 2000):
     """Three panels: a permutation test of `metric` against τ over the usable ordinary runs; the chance of a false alarm among
     m tests at 5% each and at 5%/m each; four intervals against 0 and a margin, one per outcome. Returns the figure and the
-    numbers it shows."""
+    numbers it shows (`m`: finding 1's tests, two trends over every stretch of the usable runs' τ)."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
     runs = [r for r in check_rows(rows).rows if r["loss"] == "contrastive" and r["tau"] is not None]
     rho, null = permutation_null([r["tau"] for r in runs], [metric_value(r, metric) for r in runs], permutations)
     p = (1 + int((np.abs(null) >= abs(rho) - 1e-12).sum())) / (1 + permutations)
-    margin = MARGINS["share"].value
+    margin, m_f1 = MARGINS["share"].value, 2 * trend_tests(len({r["tau"] for r in runs}))
     f = make_subplots(rows=1, cols=3, horizontal_spacing=0.09, subplot_titles=(
         f"permutation test: {metric.replace('_', ' ')} against τ", "family-wise level", f"margin δ = {margin:g}: four intervals"))
     f.add_histogram(x=null, nbinsx=40, marker_color="#9ecae1", name="ρ with τ shuffled", row=1, col=1)
     f.add_vline(x=rho, line=dict(color="crimson", width=3), row=1, col=1)
     f.add_annotation(x=rho, y=0.9, yref="y domain", text=f"measured ρ = {rho:+.2f}<br>p = {p:.2g}", showarrow=False, xanchor="right", row=1, col=1)
-    m = np.arange(1, 31)
+    m = np.arange(1, max(31, m_f1 + 1))
     f.add_scatter(x=m, y=1 - 0.95 ** m, name="each test at 5%", line=dict(color="crimson"), row=1, col=2)
     f.add_scatter(x=m, y=1 - (1 - 0.05 / m) ** m, name="each at 5%/m (Bonferroni)", line=dict(color="seagreen"), row=1, col=2)
     f.add_hline(y=0.05, line=dict(dash="dot", color="grey"), row=1, col=2)
@@ -404,5 +487,5 @@ def primer_figure(rows: list[dict], metric: str = "neighbour_purity", permutatio
     f.update_xaxes(title="Spearman's ρ", row=1, col=1); f.update_xaxes(title="m tests, no effect anywhere", row=1, col=2)
     f.update_xaxes(title="effect in the paper's direction (0 solid, δ dashed)", row=1, col=3)
     f.update_layout(height=380, legend=dict(orientation="h", y=-0.3), title="Three ideas behind the verdicts (the intervals on the right are a sketch)")
-    return f, dict(rho=rho, p=p, runs=len(runs), permutations=permutations, false_alarm_at_5=1 - 0.95 ** 12,
-                   false_alarm_bonferroni=1 - (1 - 0.05 / 12) ** 12)
+    return f, dict(rho=rho, p=p, runs=len(runs), permutations=permutations, m=m_f1, false_alarm_at_5=1 - 0.95 ** m_f1,
+                   false_alarm_bonferroni=1 - (1 - 0.05 / m_f1) ** m_f1)
