@@ -292,3 +292,47 @@ def test_numpy_scalars_are_the_numbers_they_are():
                      top10_negatives=[np.float32(v) for v in r["top10_negatives"]]) for r in rows]
     assert verdicts(as_numpy) == verdicts([dict(r, uniformity=float(np.float32(r["uniformity"])),
                                                 top10_negatives=[float(np.float32(v)) for v in r["top10_negatives"]]) for r in rows])
+
+
+# ------------------------------------------------------------------ one entry point that knows the plan (issue 37)
+
+def without_smallest_tau(seeds=(0, 1, 2)):
+    "A digits-shaped study whose runs at τ = 0.05 never arrived, for every loss: nothing in the rows says they were planned."
+    return [r for r in table(seeds=seeds) if r["tau"] != 0.05]
+
+def test_a_plan_derived_from_the_rows_names_a_cell_one_loss_lacks():
+    "The hard loss lacks τ = 0.05 while the ordinary loss has it: the rows' own grid plans it, so finding 3 is undecided and says why."
+    rows = [r for r in table(seeds=(0, 1, 2)) if not (r["loss"] == "hard_contrastive" and r["tau"] == 0.05)]
+    f = findings(rows)[2]
+    assert f.verdict == UNDECIDED and "hard_contrastive at τ = 0.05 has 0 usable seeds of 3 planned" in f.measured
+
+def test_every_consumer_of_verdicts_takes_the_plan():
+    from ctl_explore.study.calibration import verdict_stability
+    from ctl_explore.study.findings import judge_study
+    rows = without_smallest_tau()
+    assert verdicts(rows)[1] == "reproduced"                          # judged on the grid that arrived, as the rows alone allow
+    judged = judge_study(rows, "digits")
+    assert judged.findings[0].verdict == UNDECIDED and any("contrastive at τ = 0.05 has 0 usable seeds of 3" in m for m in judged.missing)
+    assert verdict_stability(rows, resamples=3, plan="digits")[1] == 1.0   # undecided in every resampling, as in the whole study
+
+def test_a_missing_planned_cell_is_named_in_every_section_of_the_report():
+    from ctl_explore.study.report import report_sections
+    sections = report_sections(without_smallest_tau(), resamples=3, plan="digits")
+    assert len(sections) == 5
+    for heading, text in sections:
+        assert "contrastive at τ = 0.05 has 0 usable seeds of 3 planned" in text, heading
+    stability = dict(sections)["Stability of each verdict under seed resampling"]
+    assert "finding 1 (undecided at this scale)" in stability and "finding 1 (reproduced)" not in stability
+
+def test_a_plan_that_is_not_one_is_refused_in_one_sentence():
+    with pytest.raises(JudgeError, match="plan must"):
+        findings(table(seeds=(0, 1)), plan={("contrastive", 0.1): "three"})
+
+def test_the_report_page_names_a_missing_planned_cell(tmp_path):
+    "What `ctl-explore study --report` writes for a folder whose τ = 0.05 runs are missing: the cell named in every section."
+    from ctl_explore.study.plan import get_preset
+    from ctl_explore.study.report import write_report
+    rows = [{k: v for k, v in r.items() if k != "config"} for r in without_smallest_tau()]
+    page = write_report(rows, tmp_path, get_preset("digits")).read_text()
+    assert page.count("contrastive at τ = 0.05 has 0 usable seeds of 3 planned") >= 5 + 6  # five sections, six findings' evidence
+    assert "finding 1 (reproduced)" not in page

@@ -19,7 +19,7 @@ from .stats import BEST_TAUS, SIGNIFICANCE, VERDICTS, curve, summarize
 
 # %% auto #0
 __all__ = ['FINDINGS', 'CLAIMS', 'RULES', 'Finding', 'Judged', 'FindingRule', 'register_finding', 'rule_text', 'TrendClaim',
-           'findings']
+           'Judgement', 'judge_study', 'findings']
 
 # %% ../../nbs/24_study_findings.ipynb #0c5e5dcb
 @dataclass
@@ -175,14 +175,26 @@ register_finding(FINDINGS, 6, "Small τ gives a more uniform embedding, larger �
                  loss="contrastive", trends=(TrendClaim("neighbour_purity", +1, "neighbour purity", "neighbour purity (share of the 10 "
                                                         "nearest test images with the same label)"),))(_judge_trends)
 
-def _judge(all_rows: list[dict], permutations: int | None = None, registry: dict | None = None, plan: dict | None = None,
-           resampled: bool = False, with_power: bool = True, memo: dict | None = None) -> tuple[list[Finding], list[Part]]:
-    """Every finding of `registry` (default FINDINGS) judged on `all_rows`, checked first (`check_rows`, against `plan`:
-    {(loss, τ): seeds}, default the cells the rows name; `resampled`: seeds drawn again, runs repeated on purpose): the
-    findings, and every part they tested. (`permutations` is accepted for older callers; no test here permutes.) `with_power=False`
-    leaves each finding's power and seeds unset (0.0, None): for a caller that reads verdicts only; `memo`: see `check_rows`."""
+class Judgement(NamedTuple):
+    "What the judge says of a study: its findings, every part they tested, and the rows as checked against the study's plan."
+    findings: list
+    parts: list
+    checked: Checked
+
+    @property
+    def missing(self) -> list[str]:
+        "A sentence for each planned cell short of usable seeds (none when every cell has enough): every section of a report names them."
+        return self.checked.short(sorted(self.checked.planned, key=lambda c: (c[0], -1 if c[1] is None else c[1])))
+
+def judge_study(rows: list[dict], plan=None, registry: dict | None = None, resampled: bool = False, with_power: bool = True,
+                memo: dict | None = None) -> Judgement:
+    """The one entry point of the study's judge: every finding of `registry` (default FINDINGS) judged on `rows`, checked
+    first against the study's `plan` (`check_rows`: a preset, its name, or {(loss, τ): seeds}; None: the plan the rows
+    themselves name, `plan_from_rows`, so a cell a preset planned but no row names can only be seen when the plan is given).
+    `resampled`: seeds drawn again, runs repeated on purpose; `with_power=False` leaves each finding's power and seeds unset
+    (0.0, None), for a caller that reads verdicts only; `memo`: see `check_rows`."""
     registry = FINDINGS if registry is None else registry
-    ch = check_rows(all_rows, plan, resampled, memo)
+    ch = check_rows(rows, plan, resampled, memo)
     evidence, found, parts = _evidence(ch), [], []
     for n in sorted(registry):
         spec = registry[n]
@@ -191,8 +203,15 @@ def _judge(all_rows: list[dict], permutations: int | None = None, registry: dict
         power, seeds = finding_power(j.parts, j.tests, ch.typical_seeds) if with_power else (0.0, None)
         found.append(Finding(n, spec.claim, j.measured or "; ".join(p.measured for p in j.parts), combine(j.parts, j.conjunction),
                              rule_text(n, j.tests, registry), "; ".join(p.where for p in j.parts if p.where), evidence, "", power, seeds))
-    return found, parts
+    return Judgement(found, parts, ch)
 
-def findings(rows: list[dict], permutations: int | None = None, plan: dict | None = None) -> list[Finding]:
-    "[WL21]'s findings (`FINDINGS`), each with what the usable `rows` measured, its verdict, where it breaks, its power and the seeds it needs, and the runs it rests on."
-    return _judge(rows, permutations, plan=plan)[0]
+def _judge(all_rows: list[dict], permutations: int | None = None, registry: dict | None = None, plan=None,
+           resampled: bool = False, with_power: bool = True, memo: dict | None = None) -> tuple[list[Finding], list[Part]]:
+    "`judge_study`'s findings and parts, for older callers (`permutations` is accepted and unused: no test here permutes)."
+    return tuple(judge_study(all_rows, plan, registry, resampled, with_power, memo)[:2])
+
+def findings(rows: list[dict], permutations: int | None = None, plan=None) -> list[Finding]:
+    """[WL21]'s findings (`FINDINGS`), each with what the usable `rows` measured, its verdict, where it breaks, its power and the
+    seeds it needs, and the runs it rests on; `plan`: the study's preset, its name or {(loss, τ): seeds} (None: the plan the
+    rows name; see `judge_study`)."""
+    return judge_study(rows, plan).findings

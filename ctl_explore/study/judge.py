@@ -13,14 +13,14 @@ import numpy as np
 
 from ..train import PretrainConfig
 from .measure import CRITERIA, Criteria, check_run
-from .plan import get_preset, takes_tau
+from .plan import get_preset, planned_cells, study_plan, takes_tau  # planned_cells: for callers that import it from here
 from .stats import BEST_TAUS, SIGNIFICANCE, VERDICTS, Difference, _t, difference, metric_value
 
 # %% auto #0
 __all__ = ['MIN_SEEDS', 'MEASURED', 'READ', 'DUPLICATE_TOLERANCE', 'DUPLICATE_IMAGES', 'MARGINS', 'KINDS', 'JudgeError',
-           'recheck_flags', 'Checked', 'planned_cells', 'check_rows', 'Margin', 'level_of', 'classify', 'power_at',
-           'Test', 'make_test', 'seeds_for_power', 'Part', 'trend_tests', 'trend_part', 'tests_part', 'judge_trends',
-           'judge_peak', 'judge_hard', 'judge_simple', 'combine', 'finding_power', 'permutation_null', 'primer_figure']
+           'recheck_flags', 'Checked', 'check_rows', 'Margin', 'level_of', 'classify', 'power_at', 'Test', 'make_test',
+           'seeds_for_power', 'Part', 'trend_tests', 'trend_part', 'tests_part', 'judge_trends', 'judge_peak',
+           'judge_hard', 'judge_simple', 'combine', 'finding_power', 'permutation_null', 'primer_figure']
 
 # %% ../../nbs/28_study_judge.ipynb #12499ab7
 MIN_SEEDS = 2  # a cell needs this many usable seeds for any verdict but "undecided": one seed has no spread to judge by
@@ -168,19 +168,14 @@ class Checked:
         counts = list(self.seeds.values())
         return max(set(counts), key=counts.count) if counts else 0
 
-def planned_cells(preset) -> dict:
-    "{(loss, τ): seeds} of a study preset (τ None for a loss without one)."
-    p = get_preset(preset)
-    return {(l, t): len(p.seeds) for l in p.losses for t in (p.taus if takes_tau(l) else (None,))}
-
 def check_rows(rows: list[dict], plan: dict | None = None, resampled: bool = False, memo: dict | None = None,
                criteria: Criteria = CRITERIA) -> Checked:
     """Check `rows` before judging: raise JudgeError (one sentence) on an empty study, a row lacking what the judge reads
     (`READ`: an accuracy's error needs `n_test`), a non-finite value, an accuracy that is not its record's, or a run counted
     twice, even with its values moved a little (unless `resampled`: seeds drawn again with replacement repeat runs on purpose);
     read numpy scalars as the numbers they are; recompute the flags from each row's own numbers by the study's `criteria`
-    (never the criteria a row carries); count each planned cell's usable seeds (`plan`: {(loss, τ): seeds}, default every
-    cell any row names, failed or not). `memo`: a dict the caller keeps, with the rows, across calls on the same row objects (seed resampling):
+    (never the criteria a row carries); count each planned cell's usable seeds (`plan`: a preset, its name or {(loss, τ):
+    seeds}; None: the plan the rows name; `study_plan`, appendix 20). `memo`: a dict the caller keeps, with the rows, across calls on the same row objects (seed resampling):
     each row is checked and its flags recomputed once, on first sight."""
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise JudgeError(f"rows must be a list of dicts, the rows of results.json; got {type(rows).__name__}")
@@ -203,10 +198,8 @@ def check_rows(rows: list[dict], plan: dict | None = None, resampled: bool = Fal
             if key in r and bool(r[key]) != flags[key]:
                 notes.append(f"run {r['run']} is flagged {key}={bool(r[key])}, its own numbers say {flags[key]}: judged by its numbers")
         if flags["converged"] and not flags["collapsed"]: usable.append(r)
-    if plan is None:
-        named: dict = {}
-        for r in rows: named.setdefault((r["loss"], r["tau"]), set()).add(r.get("seed"))
-        plan = {c: len(s) for c, s in named.items()}
+    try: plan = study_plan(plan, rows)
+    except ValueError as e: raise JudgeError(str(e)) from None
     seeds: dict = {}
     for r in usable: seeds[(r["loss"], r["tau"])] = seeds.get((r["loss"], r["tau"]), 0) + 1
     checked = Checked(rows, usable, dict(plan), seeds, notes)

@@ -19,14 +19,13 @@ from ..losses import loss_names, loss_spec
 from ..run_folders import write_atomic
 from ..train import PretrainConfig
 from .calibration import dependence, verdict_stability
-from .findings import _judge, Finding, findings, Part
+from .findings import _judge, Finding, findings, judge_study, Part
 from .judge import planned_cells
 from .measure import CRITERIA, first_drop
 from .plan import check_preset, StudyPreset
 from .rows import (_integer, _number, _probe_text, _replaceable, FAILED_KEYS, FIELD_RULES,
                                     REPORT_GENERATOR, row_problems)
 from .stats import curve, SIGNIFICANCE, summarize, usable, VERDICTS
-
 
 # %% auto #0
 __all__ = ['FIGURE_OF', 'HISTORY', 'REPORT_TEMPLATE', 'study_figures', 'trajectory_figure', 'table1', 'report_sections',
@@ -86,7 +85,7 @@ def _mark_reversals(figs: dict, rows: list[dict], parts: list[Part]) -> None:
                                       showarrow=True, arrowhead=2, ax=30, ay=-35, font=dict(color="darkorange"),
                                       **({} if row is None else dict(row=row, col=col)))
 
-def study_figures(rows: list[dict]) -> dict[str, go.Figure]:
+def study_figures(rows: list[dict], plan=None) -> dict[str, go.Figure]:
     """The study's figures over its usable runs: uniformity and tolerance (Fig 4–7), similarity profile and gap (Fig 8),
     neighbour purity, linear accuracy (Fig 9); every reversal the findings name drawn in orange where it lies, and every
     cell whose seeds trained for different lengths drawn as an open diamond."""
@@ -119,7 +118,7 @@ def study_figures(rows: list[dict]) -> dict[str, go.Figure]:
     f.update_layout(xaxis=dict(type="log", title="temperature τ"), yaxis_title="linear top-1 accuracy", height=380,
                     title="Linear evaluation against τ (Fig 9); dashed: the losses without τ")
     figs["accuracy"] = f
-    if rows: _mark_reversals(figs, rows, _judge(all_rows)[1])
+    if rows: _mark_reversals(figs, rows, judge_study(all_rows, plan, with_power=False).parts)
     return figs
 
 def trajectory_figure(rows: list[dict]) -> go.Figure:
@@ -218,9 +217,11 @@ HISTORY = [  # the protocol's history; lesson 09 recomputes every number here fr
 def _verdict_letters(found: list[Finding]) -> str:
     return " ".join(f"{f.number}: {f.verdict}" for f in found)
 
-def report_sections(rows: list[dict], resamples: int = 200) -> list[tuple[str, str]]:
-    "The report's sections after the findings (heading, plain paragraphs separated by blank lines): the family of tests, each verdict's stability, finding 6's dependence on the others, the protocol's history, and where the claims break."
-    found, parts = _judge(rows)
+def report_sections(rows: list[dict], resamples: int = 200, plan=None) -> list[tuple[str, str]]:
+    "The report's sections after the findings (heading, plain paragraphs separated by blank lines): the family of tests, each verdict's stability, finding 6's dependence on the others, the protocol's history, and where the claims break. Judged against the study's `plan` (a preset, its name or {(loss, τ): seeds}; None: the rows' own), and a planned cell short of usable seeds is named at the head of every section."
+    judged = judge_study(rows, plan)
+    found, parts, missing = judged.findings, judged.parts, judged.missing
+    short = ("Planned cells short of usable seeds, so every claim that needs them is undecided: " + "; ".join(missing) + ".\n\n") if missing else ""
     ok = usable(rows)
     n_tests = {f.number: int(re.search(r"; (\d+) tests?, each", f.rule).group(1)) for f in found}
     paired = bool(ok) and all(r.get("probe_correct") for r in ok)
@@ -236,7 +237,7 @@ def report_sections(rows: list[dict], resamples: int = 200) -> list[tuple[str, s
                  "cells' correctness (each row's probe_correct), not two independent binomial errors." if paired else
                  "These rows do not record the probe's per-image correctness, so accuracies are compared with independent "
                  "binomial errors of the test set, which is wider than a comparison image by image."))
-    stab = verdict_stability(rows, resamples) if ok else {}
+    stab = verdict_stability(rows, resamples, plan=judged.checked.planned) if ok else {}
     stability = ("Each verdict was recomputed on " f"{resamples}" " resamplings of the seeds (in every cell, its seeds drawn again with "
                  "replacement, at least two distinct). Share of resamplings that give the same verdict: "
                  + "; ".join(f"finding {f.number} ({f.verdict}) {stab.get(f.number, math.nan):.0%}" for f in found) + ".") if stab else "No usable runs."
@@ -270,9 +271,10 @@ def report_sections(rows: list[dict], resamples: int = 200) -> list[tuple[str, s
                "committed before its pilot, after all those verdicts). Step by step:\n\n" + "\n\n".join(lines))
     breaks = [f"Finding {f.number} ({f.verdict}): {f.where}." for f in found if f.where]
     where = ("\n\n".join(breaks) + "\n\nEach is drawn in orange in the figures above." if breaks else
-             "No test contradicted a claim anywhere on the τ curve.")
-    return [("The family of tests and multiplicity", family), ("Stability of each verdict under seed resampling", stability),
-            ("How finding 6 depends on the others", depend), ("The protocol's history", history), ("Where a claim breaks", where)]
+             "No test contradicted a claim anywhere on the τ curve" + (" the runs cover." if missing else "."))
+    sections = [("The family of tests and multiplicity", family), ("Stability of each verdict under seed resampling", stability),
+                ("How finding 6 depends on the others", depend), ("The protocol's history", history), ("Where a claim breaks", where)]
+    return [(heading, short + text) for heading, text in sections]  # a planned cell that is missing is named in every section
 
 # %% ../../nbs/26_study_report.ipynb #9e279785
 _WL21_SCALE = dict(dataset="CIFAR10 (also CIFAR100, SVHN, ImageNet100)", train_images="50,000", model="ResNet18", image_size="32",
@@ -327,9 +329,9 @@ def _findings_table(found: list) -> tuple[list[str], list[list[tuple[str, str]]]
     shown = lambda n, v: _text(v, ".0%") if n == "power" else "over 200" if n == "seeds_needed" and v is None else _text(v)
     return [_FINDING_HEADS.get(n, n.replace("_", " ")) for n in names], [[(n, shown(n, getattr(f, n))) for n in names] for f in found]
 
-def _sections(rows: list[dict]) -> list[tuple[str, list[str]]]:
+def _sections(rows: list[dict], plan=None) -> list[tuple[str, list[str]]]:
     "The sections `report_sections(rows)` adds after the findings: each heading with its plain-text paragraphs."
-    return [(str(heading), [p.strip() for p in re.split(r"\n\s*\n", str(text)) if p.strip()]) for heading, text in report_sections(rows)]
+    return [(str(heading), [p.strip() for p in re.split(r"\n\s*\n", str(text)) if p.strip()]) for heading, text in report_sections(rows, plan=plan)]
 
 def write_report(rows: list[dict], out_dir: str | Path, preset: StudyPreset | None = None, missing: list[str] = ()) -> Path:
     "Write report.html (scale, criteria, convergence, figures, table, findings, failed runs) into `out_dir` from the template `REPORT_TEMPLATE`, every value escaped; return its path. `missing`: runs not finished yet."
@@ -338,9 +340,10 @@ def write_report(rows: list[dict], out_dir: str | Path, preset: StudyPreset | No
     _replaceable(path)
     p = None if preset is None else check_preset(preset)
     clean, measured = _split(rows)
-    found = findings(clean, plan=planned_cells(p) if p is not None else None)
+    plan = planned_cells(p) if p is not None else None
+    found = findings(clean, plan=plan)
     with_trajectories = [r for r in measured if "trajectory" in r and isinstance(r.get("config"), dict)]
-    figs = {**({"trajectories": trajectory_figure(with_trajectories)} if with_trajectories else {}), **study_figures(clean)}
+    figs = {**({"trajectories": trajectory_figure(with_trajectories)} if with_trajectories else {}), **study_figures(clean, plan)}
     plots = {name: fig.to_html(full_html=False, include_plotlyjs=(i == 0), div_id=f"fig-{name}") for i, (name, fig) in enumerate(figs.items())}
     ok = usable(clean)
     epochs = [r["config"]["epochs"] for r in measured if isinstance(r.get("config"), dict) and _integer(r["config"].get("epochs"))]
@@ -364,6 +367,6 @@ def write_report(rows: list[dict], out_dir: str | Path, preset: StudyPreset | No
                      std=_text(0 if math.isnan(r["std"]) else r["std"], ".4f"), seeds=_text(r["seeds"]))
                 for r in table1(clean) for label, color in [_loss_style(r["loss"])]],
         significance=_text(SIGNIFICANCE), n_test=_text(measured[0].get("n_test", "?") if measured else "?", "d"),
-        finding_heads=heads, finding_rows=finding_rows, sections=_sections(clean))
+        finding_heads=heads, finding_rows=finding_rows, sections=_sections(clean, plan))
     write_atomic(path, lambda f: f.write(page.encode()))
     return path
