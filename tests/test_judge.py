@@ -336,3 +336,14 @@ def test_the_report_page_names_a_missing_planned_cell(tmp_path):
     page = write_report(rows, tmp_path, get_preset("digits")).read_text()
     assert page.count("contrastive at τ = 0.05 has 0 usable seeds of 3 planned") >= 5 + 6  # five sections, six findings' evidence
     assert "finding 1 (reproduced)" not in page
+
+
+# ------------------------------------------------------------------ statements (issue 37)
+
+def test_an_undecided_part_never_shows_full_power():
+    "Simple exactly the far-worse margin below, measured precisely: undecided, and its power is not the 100 % its margin alone gives."
+    from ctl_explore.study.judge import judge_simple
+    peak = BASE[("contrastive", 0.3)]["linear_top1"]
+    rows = table(changed({("simple", None): dict(linear_top1=peak - MARGINS["far_worse"].value)}), seeds=range(8))
+    far = judge_simple(check_rows(rows))[0][0]
+    assert far.claim == "Simple far worse" and far.verdict == UNDECIDED and far.power < 0.5
