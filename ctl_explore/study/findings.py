@@ -12,10 +12,9 @@ from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 from ..losses import LOSSES
-from .judge import (MARGINS, Checked, Part, check_rows, combine, finding_power, judge_hard, judge_peak, judge_simple,
+from .judge import (MARGINS, Checked, Part, check_rows, combine, finding_images, finding_power, judge_hard, judge_peak, judge_simple,
                                      judge_trends, level_of)
 from .stats import BEST_TAUS, SIGNIFICANCE, VERDICTS, curve, summarize
-
 
 # %% auto #0
 __all__ = ['FINDINGS', 'CLAIMS', 'RULES', 'Finding', 'Judged', 'FindingRule', 'register_finding', 'rule_text', 'TrendClaim',
@@ -33,7 +32,8 @@ class Finding:
     evidence: str = ""           # the runs it rests on: usable, failed, left out, flags corrected, cells short of seeds
     stability: str = ""          # how often the verdict stays the same when the seeds are resampled (filled by `report_sections`)
     power: float = 0.0           # the smallest power of its deciding tests at their margins (0 when a cell it needs is short)
-    seeds_needed: int | None = None  # seeds per cell for 80% power at every margin (None: unknown, or over 200)
+    seeds_needed: int | None = None  # seeds per cell for 80% power at every margin (None: unknown, over 200, or never)
+    images_needed: int | None = None  # not decidable on this test set: the test images 80% power would need with seeds without limit
 
 @dataclass(frozen=True)
 class Judged:
@@ -201,8 +201,10 @@ def judge_study(rows: list[dict], plan=None, registry: dict | None = None, resam
         j = spec.judge(ch, **spec.params)
         parts.extend(j.parts)
         power, seeds = finding_power(j.parts, j.tests, ch.typical_seeds) if with_power else (0.0, None)
+        images = finding_images(j.parts, j.tests, ch.rows[0]["n_test"]) if with_power and ch.rows else None
         found.append(Finding(n, spec.claim, j.measured or "; ".join(p.measured for p in j.parts), combine(j.parts, j.conjunction),
-                             rule_text(n, j.tests, registry), "; ".join(p.where for p in j.parts if p.where), evidence, "", power, seeds))
+                             rule_text(n, j.tests, registry), "; ".join(p.where for p in j.parts if p.where), evidence, "", power, seeds,
+                             images))
     return Judgement(found, parts, ch)
 
 def _judge(all_rows: list[dict], permutations: int | None = None, registry: dict | None = None, plan=None,

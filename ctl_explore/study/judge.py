@@ -19,8 +19,9 @@ from .stats import BEST_TAUS, SIGNIFICANCE, VERDICTS, Difference, _t, difference
 # %% auto #0
 __all__ = ['MIN_SEEDS', 'MEASURED', 'READ', 'DUPLICATE_TOLERANCE', 'DUPLICATE_IMAGES', 'MARGINS', 'KINDS', 'JudgeError',
            'recheck_flags', 'Checked', 'check_rows', 'Margin', 'level_of', 'classify', 'power_at', 'Test', 'make_test',
-           'seeds_for_power', 'Part', 'trend_tests', 'trend_part', 'tests_part', 'judge_trends', 'judge_peak',
-           'judge_hard', 'judge_simple', 'combine', 'finding_power', 'permutation_null', 'primer_figure']
+           'seeds_for_power', 'images_for_power', 'Part', 'trend_tests', 'trend_part', 'tests_part', 'judge_trends',
+           'judge_peak', 'judge_hard', 'judge_simple', 'combine', 'finding_images', 'finding_power', 'permutation_null',
+           'primer_figure']
 
 # %% ../../nbs/28_study_judge.ipynb #12499ab7
 MIN_SEEDS = 2  # a cell needs this many usable seeds for any verdict but "undecided": one seed has no spread to judge by
@@ -37,24 +38,19 @@ def _finite(v) -> bool:
     "A finite real number: a Python int or float, or a numpy scalar of one (a bool is not a number)."
     return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_)) and math.isfinite(v)
 
-def _plain(v):
-    "A numpy scalar as the Python number it is; anything else as it is."
-    return v.item() if isinstance(v, (np.integer, np.floating)) else v
+def _plain(v): return v.item() if isinstance(v, (np.integer, np.floating)) else v  # a numpy scalar as the Python number it is
 
 def _as_read(row: dict) -> dict:
     "The row with numpy scalars as Python numbers (a copy only when it holds one, so that the caller's rows stay the objects they gave)."
-    if not any(isinstance(v, (np.generic, np.ndarray)) for v in row.values()) and not any(
-            isinstance(v, (np.generic, np.ndarray)) for v in row.get("top10_negatives") or ()):
-        return row
-    out = {k: _plain(v) for k, v in row.items()}
-    if isinstance(out.get("top10_negatives"), (list, tuple, np.ndarray)): out["top10_negatives"] = [_plain(v) for v in out["top10_negatives"]]
-    return out
+    top = row.get("top10_negatives")
+    top = list(top) if isinstance(top, (list, tuple)) else None
+    if not any(isinstance(v, np.generic) for v in [*row.values(), *(top or ())]): return row
+    return {**{k: _plain(v) for k, v in row.items()}, **({} if top is None else {"top10_negatives": [_plain(v) for v in top]})}
 
 def _check_keys(row: dict, i: int) -> None:
     "A live row holds everything the judge reads; a failed one its loss and τ."
     name = row.get("run", f"number {i + 1}")
-    need = ("loss", "tau") if row.get("failed") else READ
-    lost = [k for k in need if k not in row]
+    lost = [k for k in (("loss", "tau") if row.get("failed") else READ) if k not in row]
     if lost: raise JudgeError(f"row {name!r} has no {', '.join(lost)}, which the judge reads (a study's results.json holds them)")
     if not row.get("failed") and not (isinstance(row["n_test"], (int, np.integer)) and not isinstance(row["n_test"], bool) and row["n_test"] >= 1):
         raise JudgeError(f"run {name!r}: n_test is {row['n_test']!r}, not a number of test images; an accuracy's error needs it")
@@ -93,9 +89,8 @@ def _measures(row: dict) -> np.ndarray:
     return np.array([math.nan if x is None else x for x in v] + [math.nan] * (16 - len(v)), float)
 
 def _near_pairs(rows: list[dict]) -> list[tuple[int, int, str]]:
-    """The pairs of `rows` that are one run (i < j, and how): every measurement but the accuracy within DUPLICATE_TOLERANCE,
-    and their per-image records differing on at most DUPLICATE_IMAGES images (their accuracies within the tolerance when a
-    row holds no record)."""
+    """Pairs (i, j, how) of `rows` that are one run: all measurements but accuracy within DUPLICATE_TOLERANCE, and records apart
+    on at most DUPLICATE_IMAGES images (or, without records, accuracies within the tolerance)."""
     if len(rows) < 2: return []
     m = np.stack([_measures(r) for r in rows])
     gap = np.abs(m[:, None, 1:] - m[None, :, 1:])
@@ -269,9 +264,8 @@ def _iv(d: Difference, level: float, sign: int = 1) -> str:
     return f"{v:+.3f} (interval {lo:+.3f} to {hi:+.3f})"
 
 def make_test(where: str, d: Difference, level: float, margin: float, kind: str, sign: int = 1) -> Test:
-    """A Test of `d` at `level` against `margin` (see `classify`). Its power is the power at its margin; for an undecided test,
-    no more than the chance of deciding had the true effect been the one measured: an estimate on its deciding bound is
-    undecidable at any precision, and a power of 100 % beside "undecided" would say the opposite."""
+    """A Test of `d` at `level` against `margin` (see `classify`), its power the power at its margin; an undecided test's at most
+    its chance of deciding at the effect measured (an estimate on its bound is undecidable at any precision, never "100 %")."""
     outcome, power = classify(d, level, margin, kind, sign), power_at(d, level, margin)
     if outcome == 0 and math.isfinite(d.value):
         v = sign * d.value
@@ -280,14 +274,27 @@ def make_test(where: str, d: Difference, level: float, margin: float, kind: str,
     return Test(where, d, outcome, power, margin, _iv(d, level, sign))
 
 def seeds_for_power(test: Test, m: int, seeds_now: int, target: float = 0.8, cap: int = 200) -> int | None:
-    """Seeds per cell at which `test` (made with `seeds_now` per cell, one of `m`) reaches `target` power at its margin: its
-    standard error shrinks as 1/√seeds and its degrees of freedom grow with them. None: more than `cap`, or no spread known."""
+    """Seeds per cell at which `test` (made with `seeds_now` per cell, one of `m`) reaches `target` power at its margin: the seeds'
+    part of its variance shrinks as 1/seeds, the test images' part (`Difference.image_var`, the same images in every seed) is a
+    floor. None: more than `cap` (or never, see `images_for_power`), or no spread known."""
     d = test.d
     if not math.isfinite(d.se) or seeds_now < 2: return None
+    seed_var = max(d.se**2 - d.image_var, 0.0)
     for n in range(2, cap + 1):
         df = d.df * (n - 1) / (seeds_now - 1) if math.isfinite(d.df) else d.df
-        if power_at(Difference(d.a, d.b, d.se * math.sqrt(seeds_now / n), df), level_of(m), test.margin) >= target: return n
+        se = math.sqrt(seed_var * seeds_now / n + d.image_var)
+        if power_at(Difference(d.a, d.b, se, df), level_of(m), test.margin) >= target: return n
     return None
+
+def images_for_power(test: Test, m: int, n_test: int, target: float = 0.8) -> int | None:
+    """The test images `test` needs for `target` power at its margin with seeds without limit, when its own `n_test` cannot (a
+    conservative floor: cell means of few seeds still carry seed disagreement per image). None: seeds alone can reach it here."""
+    import scipy.stats  # here, not at the top: importing scipy.stats costs ~2 CPU-s, which every ctl-explore command would pay
+    d = test.d
+    if d.image_var <= 0 or not math.isfinite(d.se): return None
+    z = _t(level_of(m), math.inf) + float(scipy.stats.norm.ppf(target))
+    if test.margin / math.sqrt(d.image_var) >= z: return None
+    return math.ceil(n_test * d.image_var * (z / test.margin) ** 2)
 
 # %% ../../nbs/28_study_judge.ipynb #7e15674b
 @dataclass
@@ -317,13 +324,10 @@ def trend_tests(n: int) -> int:
     return len(_stretches(n))
 
 def trend_part(ch: Checked, metric: str, sign: int, label: str, margin: float, m: int, loss: str = "contrastive") -> Part:
-    """A monotone claim over the planned τ of `loss` (`sign` +1: rising with τ), judged over every stretch of the grid (every
-    pair τ_i < τ_j, at the level of `m` tests). End to end against `margin`: present, absent or undecided. A *reversal* is a
-    stretch whose interval lies wholly against the paper, however many steps it spans. A trend is *confined* when, outside
-    one step, every stretch it spans shows less than half the margin: it lives in that step alone. Reproduced: present end
-    to end, no reversal, not confined. Partly: present end to end but confined; or reversed somewhere, yet present over a
-    stretch of two or more steps that holds no reversal, while the ends do not go against the paper. Not reproduced: absent
-    end to end without a reversal; ends against the paper; or reversals with no such stretch."""
+    """A monotone claim over the planned τ of `loss` (`sign` +1: rising with τ) over every stretch τ_i < τ_j of the grid (`m` tests): a
+    *reversal* is a stretch wholly against the paper; *confined*: outside one step every stretch shows under half the margin.
+    Reproduced: present end to end, no reversal, not confined. Partly: confined; or reversed, yet present over a stretch of two or
+    more steps free of reversals, the ends not against the paper. Not reproduced: absent end to end, ends against, or no such stretch."""
     taus = ch.taus(loss)
     short = ch.short([(loss, t) for t in taus])
     if len(taus) < 3 or short: return _short_part(label, short or [f"{len(taus)} τ planned for {loss}; a trend needs 3"])
@@ -442,6 +446,11 @@ def combine(parts: list[Part], conjunction: bool = False) -> str:
     if v and all(x == VERDICTS[0] for x in v): return VERDICTS[0]
     if v and all(x == VERDICTS[2] for x in v): return VERDICTS[2]
     return VERDICTS[1] if any(x in VERDICTS[:2] for x in v) and any(x in VERDICTS[1:3] for x in v) else VERDICTS[3]
+
+def finding_images(parts: list[Part], m: int, n_test: int, target: float = 0.8) -> int | None:
+    "The test images the finding's most demanding test needs for `target` power when no seed count reaches it on `n_test` images (None: seeds can)."
+    needs = [images_for_power(t, m, n_test, target) for p in parts for t in p.tests]
+    return max((n for n in needs if n), default=None)
 
 def finding_power(parts: list[Part], m: int, seeds_now: int, target: float = 0.8) -> tuple[float, int | None]:
     "A finding's power (its parts' smallest) and the seeds per cell its weakest test needs for `target` power (None: unknown or over 200)."

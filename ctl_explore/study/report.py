@@ -319,14 +319,15 @@ def _split(rows: list[dict]) -> tuple[list[dict], list[dict]]:
     return clean, [r for r in clean if "failed" not in r]
 
 _FINDING_HEADS = dict(number="#", claim="[WL21] claims", rule="rule", measured="this study measured", verdict="verdict",
-                      power="power at its margin", seeds_needed="seeds per cell for 80% power")
+                      power="power at its margin", seeds_needed="seeds per cell for 80% power",
+                      images_needed="not decidable on this dataset: test images 80% power needs")
 
 def _findings_table(found: list) -> tuple[list[str], list[list[tuple[str, str]]]]:
     "The findings' header cells and rows: every field of each Finding (those added later too), as (field, text) pairs."
     if not found: return ["findings"], []
     names = [f.name for f in dataclasses.fields(found[0])]
     names = [n for n in _FINDING_HEADS if n in names] + [n for n in names if n not in _FINDING_HEADS]
-    shown = lambda n, v: _text(v, ".0%") if n == "power" else "over 200" if n == "seeds_needed" and v is None else _text(v)
+    shown = lambda n, v: _text(v, ".0%") if n == "power" else "over 200" if n == "seeds_needed" and v is None else "" if n == "images_needed" and v is None else _text(v)
     return [_FINDING_HEADS.get(n, n.replace("_", " ")) for n in names], [[(n, shown(n, getattr(f, n))) for n in names] for f in found]
 
 def _sections(rows: list[dict], plan=None) -> list[tuple[str, list[str]]]:

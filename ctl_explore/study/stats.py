@@ -109,6 +109,7 @@ class Difference:
     se: float
     df: float
     paired: bool = False  # accuracies compared image by image on the shared test images
+    image_var: float = 0.0  # the part of se² from the test images: the same images in every seed, so more seeds never shrink it
 
     @property
     def value(self) -> float: return self.b - self.a
@@ -173,7 +174,7 @@ def difference(rows: list[dict], metric: str, a: tuple, b: tuple) -> Difference:
     var = sum(v for v, _ in parts) + image_var
     denominator = sum(v**2 / df for v, df in parts)
     df = var**2 / denominator if denominator > 0 else math.inf  # Welch–Satterthwaite; the images' part has infinite degrees of freedom
-    return Difference(ma, mb, math.sqrt(var), df, paired)
+    return Difference(ma, mb, math.sqrt(var), df, paired, image_var)
 
 def _compare(a: float, b: float, margin: float) -> int:
     "+1 if a exceeds b by more than the margin, -1 if b exceeds a by more than it, 0 otherwise."
