@@ -336,6 +336,7 @@ def test_the_report_page_names_a_missing_planned_cell(tmp_path):
     page = write_report(rows, tmp_path, get_preset("digits")).read_text()
     assert page.count("contrastive at τ = 0.05 has 0 usable seeds of 3 planned") >= 5 + 6  # five sections, six findings' evidence
     assert "finding 1 (reproduced)" not in page
+    assert page.count("of 200 seed resamplings give this verdict") == 6  # each verdict printed beside its stability
 
 
 # ------------------------------------------------------------------ statements (issue 37)

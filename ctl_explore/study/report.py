@@ -217,7 +217,7 @@ HISTORY = [  # the protocol's history; lesson 09 recomputes every number here fr
 def _verdict_letters(found: list[Finding]) -> str:
     return " ".join(f"{f.number}: {f.verdict}" for f in found)
 
-def report_sections(rows: list[dict], resamples: int = 200, plan=None) -> list[tuple[str, str]]:
+def report_sections(rows: list[dict], resamples: int = 200, plan=None, stability: dict | None = None) -> list[tuple[str, str]]:
     "The report's sections after the findings (heading, plain paragraphs separated by blank lines): the family of tests, each verdict's stability, finding 6's dependence on the others, the protocol's history, and where the claims break. Judged against the study's `plan` (a preset, its name or {(loss, τ): seeds}; None: the rows' own), and a planned cell short of usable seeds is named at the head of every section."
     judged = judge_study(rows, plan)
     found, parts, missing = judged.findings, judged.parts, judged.missing
@@ -237,7 +237,7 @@ def report_sections(rows: list[dict], resamples: int = 200, plan=None) -> list[t
                  "cells' correctness (each row's probe_correct), not two independent binomial errors." if paired else
                  "These rows do not record the probe's per-image correctness, so accuracies are compared with independent "
                  "binomial errors of the test set, which is wider than a comparison image by image."))
-    stab = verdict_stability(rows, resamples, plan=judged.checked.planned) if ok else {}
+    stab = stability if stability is not None else verdict_stability(rows, resamples, plan=judged.checked.planned) if ok else {}  # given: already computed
     stability = ("Each verdict was recomputed on " f"{resamples}" " resamplings of the seeds (in every cell, its seeds drawn again with "
                  "replacement, at least two distinct). Share of resamplings that give the same verdict: "
                  + "; ".join(f"finding {f.number} ({f.verdict}) {stab.get(f.number, math.nan):.0%}" for f in found) + ".") if stab else "No usable runs."
@@ -330,9 +330,9 @@ def _findings_table(found: list) -> tuple[list[str], list[list[tuple[str, str]]]
     shown = lambda n, v: _text(v, ".0%") if n == "power" else "over 200" if n == "seeds_needed" and v is None else "" if n == "images_needed" and v is None else _text(v)
     return [_FINDING_HEADS.get(n, n.replace("_", " ")) for n in names], [[(n, shown(n, getattr(f, n))) for n in names] for f in found]
 
-def _sections(rows: list[dict], plan=None) -> list[tuple[str, list[str]]]:
+def _sections(rows: list[dict], plan=None, stability: dict | None = None) -> list[tuple[str, list[str]]]:
     "The sections `report_sections(rows)` adds after the findings: each heading with its plain-text paragraphs."
-    return [(str(heading), [p.strip() for p in re.split(r"\n\s*\n", str(text)) if p.strip()]) for heading, text in report_sections(rows, plan=plan)]
+    return [(str(heading), [p.strip() for p in re.split(r"\n\s*\n", str(text)) if p.strip()]) for heading, text in report_sections(rows, plan=plan, stability=stability)]
 
 def write_report(rows: list[dict], out_dir: str | Path, preset: StudyPreset | None = None, missing: list[str] = ()) -> Path:
     "Write report.html (scale, criteria, convergence, figures, table, findings, failed runs) into `out_dir` from the template `REPORT_TEMPLATE`, every value escaped; return its path. `missing`: runs not finished yet."
@@ -343,6 +343,8 @@ def write_report(rows: list[dict], out_dir: str | Path, preset: StudyPreset | No
     clean, measured = _split(rows)
     plan = planned_cells(p) if p is not None else None
     found = findings(clean, plan=plan)
+    stab = verdict_stability(clean, plan=plan) if usable(clean) else {}  # each verdict printed beside its stability
+    for f in found: f.stability = f"{stab[f.number]:.0%} of 200 seed resamplings give this verdict" if f.number in stab else ""
     with_trajectories = [r for r in measured if "trajectory" in r and isinstance(r.get("config"), dict)]
     figs = {**({"trajectories": trajectory_figure(with_trajectories)} if with_trajectories else {}), **study_figures(clean, plan)}
     plots = {name: fig.to_html(full_html=False, include_plotlyjs=(i == 0), div_id=f"fig-{name}") for i, (name, fig) in enumerate(figs.items())}
@@ -368,6 +370,6 @@ def write_report(rows: list[dict], out_dir: str | Path, preset: StudyPreset | No
                      std=_text(0 if math.isnan(r["std"]) else r["std"], ".4f"), seeds=_text(r["seeds"]))
                 for r in table1(clean) for label, color in [_loss_style(r["loss"])]],
         significance=_text(SIGNIFICANCE), n_test=_text(measured[0].get("n_test", "?") if measured else "?", "d"),
-        finding_heads=heads, finding_rows=finding_rows, sections=_sections(clean, plan))
+        finding_heads=heads, finding_rows=finding_rows, sections=_sections(clean, plan, stab if stab else None))
     write_atomic(path, lambda f: f.write(page.encode()))
     return path
