@@ -268,7 +268,7 @@ BROKEN = {  # name: (changes to the agreeing means, finding, the verdict it dese
     "hard loss behind at 0.5 only": ({("hard_contrastive", 0.5): dict(linear_top1=0.85)}, 3, "partly reproduced", "τ = 0.5"),
     "HardSimple far behind, wide": ({("hard_simple", None): dict(linear_top1=0.60, seed_values=dict(linear_top1=[0.35, 0.6, 0.85]))}, 4,
                                     "undecided at this scale", ""),
-    "HardSimple far behind, narrow": ({("hard_simple", None): dict(linear_top1=0.60)}, 4, "partly reproduced", "HardSimple"),
+    "HardSimple far behind, narrow": ({("hard_simple", None): dict(linear_top1=0.60)}, 4, "not reproduced", "HardSimple"),  # a refuted conjunct refutes finding 4
     "gap turns at small τ": ({("contrastive", 0.05): dict(top10_mean=0.60)}, 5, "partly reproduced", "τ = 0.05 and 0.1"),
     "purity turns at large τ": ({("contrastive", 1.0): dict(neighbour_purity=0.86)}, 6, "partly reproduced", "τ = 0.5 and 1"),
 }
@@ -296,10 +296,10 @@ def test_each_rule_breaking_table_gets_the_verdict_it_deserves(name):
 def test_the_shipped_study_rejudged_names_the_reversal_at_small_tau():
     shipped = load_results(Path(__file__).parents[1] / "data/study-digits/fourth-run/results.json")
     found = findings(shipped)
-    assert found[0].verdict == "partly reproduced" and "τ = 0.05 and 0.1" in found[0].where
+    assert found[0].verdict == "reproduced"  # with each cell's own variance (Welch) its turn at small τ is not decided
     assert found[4].verdict == "partly reproduced" and "τ = 0.05 and 0.1" in found[4].where
     assert "seeds trained 200, 250, 200 epochs" in found[0].evidence  # a cell of mixed lengths is named
-    marks = [t for t in study_figures(shipped)["uniformity_tolerance"].data if t.name and t.name.startswith("against the paper")]
+    marks = [t for t in study_figures(shipped)["similarity_profile"].data if t.name and t.name.startswith("against the paper")]
     assert marks and list(marks[0].x) == [0.05, 0.1]
 
 

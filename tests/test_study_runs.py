@@ -223,7 +223,7 @@ def test_the_report_escapes_every_field(tiny, tmp_path, monkeypatch):
         where: str = ""  # a field added later: rendered too
     fake = lambda rs, **kw: [Finding(1, evil, evil, evil, rule=evil, where=evil)]  # kw: the plan the report passes
     monkeypatch.setattr(report, "findings", fake)
-    monkeypatch.setattr(report, "report_sections", lambda rs: [(evil, f"first {evil}\n\nsecond <i>")])
+    monkeypatch.setattr(report, "report_sections", lambda rs, **kw: [(evil, f"first {evil}\n\nsecond <i>")])
     text = write_report(bad, tmp_path, TINY).read_text()
     assert text.count("<script") <= scripts and "alert(1)</script>" not in text and "second <i>" not in text
     assert text.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 8  # run, n_test, error, five fields of the finding, section

@@ -10,10 +10,9 @@ import math
 import numpy as np
 from tqdm.auto import tqdm
 
-from .findings import _judge, findings
+from .findings import _judge, findings, judge_study
 from .plan import get_preset
 from .stats import BEST_TAUS, EQUIVALENCE, metric_value, usable, VERDICTS
-
 
 # %% auto #0
 __all__ = ['NOISE_SD', 'CALIBRATED', 'resample_seeds', 'verdict_stability', 'dependence', 'agreeing_means', 'made_up_study',
@@ -32,14 +31,18 @@ def resample_seeds(rows: list[dict], rng: np.random.Generator) -> list[dict]:
         out += [cell[i] for i in pick]
     return out
 
-def verdict_stability(rows: list[dict], resamples: int = 200, seed: int = 0, permutations: int = 999) -> dict[int, float]:
-    "For each finding, the share of `resamples` seed resamplings (`resample_seeds`) whose verdict is the one the whole `rows` give."
+def verdict_stability(rows: list[dict], resamples: int = 200, seed: int = 0, permutations: int = 999, plan=None) -> dict[int, float]:
+    """For each finding, the share of `resamples` seed resamplings (`resample_seeds`) whose verdict is the one the whole `rows`
+    give, every one judged against the study's `plan` (a preset, its name or {(loss, τ): seeds}; None: the rows' own, see
+    `judge_study`), so a planned cell the rows lack is missing in each resampling too."""
     if isinstance(resamples, bool) or not isinstance(resamples, int) or resamples < 1:
         raise ValueError(f"resamples must be an integer >= 1, got {resamples!r}")
-    base = {f.number: f.verdict for f in findings(rows, permutations)}
+    whole = judge_study(rows, plan, with_power=False)
+    base, plan = {f.number: f.verdict for f in whole.findings}, whole.checked.planned
     rng, same, memo = np.random.default_rng(seed), {n: 0 for n in base}, {}  # memo: each row checked once (`rows` keeps them alive)
     for _ in range(resamples):
-        for f in _judge(resample_seeds(rows, rng), resampled=True, with_power=False, memo=memo)[0]: same[f.number] += f.verdict == base[f.number]
+        for f in judge_study(resample_seeds(rows, rng), plan, resampled=True, with_power=False, memo=memo).findings:
+            same[f.number] += f.verdict == base[f.number]
     return {n: same[n] / resamples for n in base}
 
 def dependence(rows: list[dict], a: str = "neighbour_purity", b: str = "pos_similarity", loss: str = "contrastive") -> dict:

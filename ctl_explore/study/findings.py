@@ -12,14 +12,13 @@ from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 from ..losses import LOSSES
-from .judge import (MARGINS, Checked, Part, check_rows, combine, finding_power, judge_hard, judge_peak, judge_simple,
+from .judge import (MARGINS, Checked, Part, check_rows, combine, finding_images, finding_power, judge_hard, judge_peak, judge_simple,
                                      judge_trends, level_of)
 from .stats import BEST_TAUS, SIGNIFICANCE, VERDICTS, curve, summarize
 
-
 # %% auto #0
 __all__ = ['FINDINGS', 'CLAIMS', 'RULES', 'Finding', 'Judged', 'FindingRule', 'register_finding', 'rule_text', 'TrendClaim',
-           'findings']
+           'Judgement', 'judge_study', 'findings']
 
 # %% ../../nbs/24_study_findings.ipynb #0c5e5dcb
 @dataclass
@@ -33,14 +32,16 @@ class Finding:
     evidence: str = ""           # the runs it rests on: usable, failed, left out, flags corrected, cells short of seeds
     stability: str = ""          # how often the verdict stays the same when the seeds are resampled (filled by `report_sections`)
     power: float = 0.0           # the smallest power of its deciding tests at their margins (0 when a cell it needs is short)
-    seeds_needed: int | None = None  # seeds per cell for 80% power at every margin (None: unknown, or over 200)
+    seeds_needed: int | None = None  # seeds per cell for 80% power at every margin (None: unknown, over 200, or never)
+    images_needed: int | None = None  # not decidable on this test set: the test images 80% power would need with seeds without limit
 
 @dataclass(frozen=True)
 class Judged:
-    "What a finding's judge returns: the parts it tested, its number of tests, and its measured text when not its parts' joined."
+    "What a finding's judge returns: the parts it tested, its number of tests, its measured text when not its parts' joined, and whether its claim is a conjunction of its parts."
     parts: list
     tests: int
     measured: str | None = None
+    conjunction: bool = False  # the claim is this *and* that: one part not reproduced makes the finding not reproduced
 
 @dataclass(frozen=True, eq=False)
 class FindingRule:
@@ -118,12 +119,14 @@ class TrendClaim(NamedTuple):
 def _trend_statement(loss: str, trends: tuple) -> str:
     what = " and ".join(f"{c.words} {'rising' if c.sign > 0 else 'falling'} (margin {_m(c.margin)})" for c in trends)
     return (f"{_words(loss)}, {what} with τ: from the smallest to the largest planned τ the change is present (its interval above 0) "
-            "or absent (below the margin), and between every pair of neighbouring τ no step lies wholly against the paper (a "
-            "reversal); with a reversal it is partly reproduced only where it holds over two or more neighbouring steps")
+            "or absent (below the margin); over every stretch of the grid (every pair of planned τ) none lies wholly against the "
+            "paper (a reversal), and the change is not confined to one step (elsewhere below half the margin: partly); with a "
+            "reversal it is partly reproduced only where it holds over two or more steps and the ends do not go against the paper; "
+            "one claim not reproduced makes the finding not reproduced")
 
 def _judge_trends(study: Checked, loss: str, trends: tuple) -> Judged:
-    "Each claim end to end and between every pair of neighbouring τ: K tests per claim, K the number of planned τ."
-    return Judged(*judge_trends(study, tuple((c.metric, c.sign, c.label, MARGINS[c.margin].value) for c in trends), loss))
+    "Each claim over every stretch of the planned τ: K(K − 1)/2 tests per claim, K the number of planned τ; the claims a conjunction."
+    return Judged(*judge_trends(study, tuple((c.metric, c.sign, c.label, MARGINS[c.margin].value) for c in trends), loss), conjunction=True)
 
 register_finding(FINDINGS, 1, "Uniformity rises as τ falls; tolerance rises as τ rises (Fig 4, 5).", _trend_statement, loss="contrastive",
                  trends=(TrendClaim("uniformity", -1, "uniformity", "uniformity", "uniformity"),
@@ -151,7 +154,7 @@ def _hard_statement(loss: str, hard: str, best_taus: tuple) -> str:
                   "(Fig 6, 7, 9).", _hard_statement, loss="contrastive", hard="hard_contrastive", best_taus=BEST_TAUS)
 def _judge_hard(study: Checked, loss: str, hard: str, best_taus: tuple) -> Judged:
     "The hard loss (ctl_explore.study.judge.judge_hard)."
-    return Judged(*judge_hard(study, loss, hard, best_taus))
+    return Judged(*judge_hard(study, loss, hard, best_taus), conjunction=True)
 
 def _simple_statement(loss: str, simple: str, hard_simple: str, best_taus: tuple) -> str:
     return (f"at τ = {_or(best_taus)}: the {_words(loss)} − {_words(simple)} lies above {_m('far_worse')} (far worse: [WL21] Table 1's "
@@ -162,7 +165,7 @@ def _simple_statement(loss: str, simple: str, hard_simple: str, best_taus: tuple
                   loss="contrastive", simple="simple", hard_simple="hard_simple", best_taus=BEST_TAUS)
 def _judge_simple(study: Checked, loss: str, simple: str, hard_simple: str, best_taus: tuple) -> Judged:
     "Simple and HardSimple (ctl_explore.study.judge.judge_simple)."
-    return Judged(*judge_simple(study, loss, simple, hard_simple, best_taus))
+    return Judged(*judge_simple(study, loss, simple, hard_simple, best_taus), conjunction=True)
 
 register_finding(FINDINGS, 5, "Smaller τ widens the gap between the positive and the top-10 negatives; larger τ pushes the positive "
                  "similarity toward 1 (Fig 8).", _trend_statement, loss="contrastive",
@@ -172,25 +175,45 @@ register_finding(FINDINGS, 6, "Small τ gives a more uniform embedding, larger �
                  loss="contrastive", trends=(TrendClaim("neighbour_purity", +1, "neighbour purity", "neighbour purity (share of the 10 "
                                                         "nearest test images with the same label)"),))(_judge_trends)
 
-def _judge(all_rows: list[dict], permutations: int | None = None, registry: dict | None = None, plan: dict | None = None,
-           resampled: bool = False, with_power: bool = True, memo: dict | None = None) -> tuple[list[Finding], list[Part]]:
-    """Every finding of `registry` (default FINDINGS) judged on `all_rows`, checked first (`check_rows`, against `plan`:
-    {(loss, τ): seeds}, default the cells the rows name; `resampled`: seeds drawn again, runs repeated on purpose): the
-    findings, and every part they tested. (`permutations` is accepted for older callers; no test here permutes.) `with_power=False`
-    leaves each finding's power and seeds unset (0.0, None): for a caller that reads verdicts only; `memo`: see `check_rows`."""
+class Judgement(NamedTuple):
+    "What the judge says of a study: its findings, every part they tested, and the rows as checked against the study's plan."
+    findings: list
+    parts: list
+    checked: Checked
+
+    @property
+    def missing(self) -> list[str]:
+        "A sentence for each planned cell short of usable seeds (none when every cell has enough): every section of a report names them."
+        return self.checked.short(sorted(self.checked.planned, key=lambda c: (c[0], -1 if c[1] is None else c[1])))
+
+def judge_study(rows: list[dict], plan=None, registry: dict | None = None, resampled: bool = False, with_power: bool = True,
+                memo: dict | None = None) -> Judgement:
+    """The one entry point of the study's judge: every finding of `registry` (default FINDINGS) judged on `rows`, checked
+    first against the study's `plan` (`check_rows`: a preset, its name, or {(loss, τ): seeds}; None: the plan the rows
+    themselves name, `plan_from_rows`, so a cell a preset planned but no row names can only be seen when the plan is given).
+    `resampled`: seeds drawn again, runs repeated on purpose; `with_power=False` leaves each finding's power and seeds unset
+    (0.0, None), for a caller that reads verdicts only; `memo`: see `check_rows`."""
     registry = FINDINGS if registry is None else registry
-    ch = check_rows(all_rows, plan, resampled, memo)
+    ch = check_rows(rows, plan, resampled, memo)
     evidence, found, parts = _evidence(ch), [], []
     for n in sorted(registry):
         spec = registry[n]
         j = spec.judge(ch, **spec.params)
         parts.extend(j.parts)
         power, seeds = finding_power(j.parts, j.tests, ch.typical_seeds) if with_power else (0.0, None)
-        found.append(Finding(n, spec.claim, j.measured or "; ".join(p.measured for p in j.parts), combine(j.parts),
-                             rule_text(n, j.tests, registry), "; ".join(p.where for p in j.parts if p.where), evidence, "", power, seeds))
-    return found, parts
+        images = finding_images(j.parts, j.tests, ch.rows[0]["n_test"]) if with_power and ch.rows else None
+        found.append(Finding(n, spec.claim, j.measured or "; ".join(p.measured for p in j.parts), combine(j.parts, j.conjunction),
+                             rule_text(n, j.tests, registry), "; ".join(p.where for p in j.parts if p.where), evidence, "", power, seeds,
+                             images))
+    return Judgement(found, parts, ch)
 
-def findings(rows: list[dict], permutations: int | None = None, plan: dict | None = None) -> list[Finding]:
-    "[WL21]'s findings (`FINDINGS`), each with what the usable `rows` measured, its verdict, where it breaks, its power and the seeds it needs, and the runs it rests on."
-    return _judge(rows, permutations, plan=plan)[0]
+def _judge(all_rows: list[dict], permutations: int | None = None, registry: dict | None = None, plan=None,
+           resampled: bool = False, with_power: bool = True, memo: dict | None = None) -> tuple[list[Finding], list[Part]]:
+    "`judge_study`'s findings and parts, for older callers (`permutations` is accepted and unused: no test here permutes)."
+    return tuple(judge_study(all_rows, plan, registry, resampled, with_power, memo)[:2])
 
+def findings(rows: list[dict], permutations: int | None = None, plan=None) -> list[Finding]:
+    """[WL21]'s findings (`FINDINGS`), each with what the usable `rows` measured, its verdict, where it breaks, its power and the
+    seeds it needs, and the runs it rests on; `plan`: the study's preset, its name or {(loss, τ): seeds} (None: the plan the
+    rows name; see `judge_study`)."""
+    return judge_study(rows, plan).findings

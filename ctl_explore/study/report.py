@@ -19,14 +19,13 @@ from ..losses import loss_names, loss_spec
 from ..run_folders import write_atomic
 from ..train import PretrainConfig
 from .calibration import dependence, verdict_stability
-from .findings import _judge, Finding, findings, Part
+from .findings import _judge, Finding, findings, judge_study, Part
 from .judge import planned_cells
 from .measure import CRITERIA, first_drop
 from .plan import check_preset, StudyPreset
 from .rows import (_integer, _number, _probe_text, _replaceable, FAILED_KEYS, FIELD_RULES,
                                     REPORT_GENERATOR, row_problems)
 from .stats import curve, SIGNIFICANCE, summarize, usable, VERDICTS
-
 
 # %% auto #0
 __all__ = ['FIGURE_OF', 'HISTORY', 'REPORT_TEMPLATE', 'study_figures', 'trajectory_figure', 'table1', 'report_sections',
@@ -86,7 +85,7 @@ def _mark_reversals(figs: dict, rows: list[dict], parts: list[Part]) -> None:
                                       showarrow=True, arrowhead=2, ax=30, ay=-35, font=dict(color="darkorange"),
                                       **({} if row is None else dict(row=row, col=col)))
 
-def study_figures(rows: list[dict]) -> dict[str, go.Figure]:
+def study_figures(rows: list[dict], plan=None) -> dict[str, go.Figure]:
     """The study's figures over its usable runs: uniformity and tolerance (Fig 4–7), similarity profile and gap (Fig 8),
     neighbour purity, linear accuracy (Fig 9); every reversal the findings name drawn in orange where it lies, and every
     cell whose seeds trained for different lengths drawn as an open diamond."""
@@ -119,7 +118,7 @@ def study_figures(rows: list[dict]) -> dict[str, go.Figure]:
     f.update_layout(xaxis=dict(type="log", title="temperature τ"), yaxis_title="linear top-1 accuracy", height=380,
                     title="Linear evaluation against τ (Fig 9); dashed: the losses without τ")
     figs["accuracy"] = f
-    if rows: _mark_reversals(figs, rows, _judge(all_rows)[1])
+    if rows: _mark_reversals(figs, rows, judge_study(all_rows, plan, with_power=False).parts)
     return figs
 
 def trajectory_figure(rows: list[dict]) -> go.Figure:
@@ -177,15 +176,15 @@ HISTORY = [  # the protocol's history; lesson 09 recomputes every number here fr
          usable=29, verdicts=("R", "I", "I", "I", "R", "R"), rejudged=("U", "U", "U", "U", "U", "U"), window_changes=(-0.25, 0.40)),
     dict(run="second-run", commit="7cdbc1a", seen="after the first run's verdicts",
          change="the measurement: every 5 epochs and the Theil–Sen slope (tolerances unchanged)", usable=33,
-         verdicts=("R", "I", "I", "I", "R", "R"), rejudged=("P", "U", "U", "U", "P", "R"), knn_misses=(0.0211, 0.0211, 0.0346)),
+         verdicts=("R", "I", "I", "I", "R", "R"), rejudged=("R", "U", "U", "U", "P", "R"), knn_misses=(0.0211, 0.0211, 0.0346)),
     dict(run="third-run", commit="59bffde", seen="after the second run's verdicts had shipped",
          change="the stretch rule: a run not settled at its first learning-rate drop trains 50 epochs longer, up to 400, decided "
                 "from the kNN monitor, which reads the test labels", usable=36, stretched=3, verdicts=("R", "I", "I", "R", "R", "R"),
-         rejudged=("P", "U", "U", "U", "P", "R")),
+         rejudged=("R", "U", "U", "U", "P", "R")),
     dict(run="fourth-run", commit="766589b", seen="after the third run's verdicts",
          change="none to the protocol; the losses rewritten (same equations, another order of summation): the 15 ordinary runs came out "
                 "identical to the third run's, the 21 others differ by up to 0.025 in accuracy, 0.041 in uniformity and 0.046 in "
-                "neighbour purity", usable=36, stretched=2, verdicts=("R", "I", "I", "R", "R", "R"), rejudged=("P", "U", "U", "U", "P", "R"),
+                "neighbour purity", usable=36, stretched=2, verdicts=("R", "I", "I", "R", "R", "R"), rejudged=("R", "U", "U", "U", "P", "R"),
          largest=dict(linear_top1=0.025, uniformity=0.041, neighbour_purity=0.046)),
     dict(run="rules", commit="1f2e78a", committed="2026-12-01 09:17:02", on_disk=14,
          seen="after every verdict above, and while the fifth run was in progress: committed at 09:17:02, 21 minutes after that run "
@@ -218,25 +217,27 @@ HISTORY = [  # the protocol's history; lesson 09 recomputes every number here fr
 def _verdict_letters(found: list[Finding]) -> str:
     return " ".join(f"{f.number}: {f.verdict}" for f in found)
 
-def report_sections(rows: list[dict], resamples: int = 200) -> list[tuple[str, str]]:
-    "The report's sections after the findings (heading, plain paragraphs separated by blank lines): the family of tests, each verdict's stability, finding 6's dependence on the others, the protocol's history, and where the claims break."
-    found, parts = _judge(rows)
+def report_sections(rows: list[dict], resamples: int = 200, plan=None, stability: dict | None = None) -> list[tuple[str, str]]:
+    "The report's sections after the findings (heading, plain paragraphs separated by blank lines): the family of tests, each verdict's stability, finding 6's dependence on the others, the protocol's history, and where the claims break. Judged against the study's `plan` (a preset, its name or {(loss, τ): seeds}; None: the rows' own), and a planned cell short of usable seeds is named at the head of every section."
+    judged = judge_study(rows, plan)
+    found, parts, missing = judged.findings, judged.parts, judged.missing
+    short = ("Planned cells short of usable seeds, so every claim that needs them is undecided: " + "; ".join(missing) + ".\n\n") if missing else ""
     ok = usable(rows)
     n_tests = {f.number: int(re.search(r"; (\d+) tests?, each", f.rule).group(1)) for f in found}
     paired = bool(ok) and all(r.get("probe_correct") for r in ok)
-    family = ("Each finding is a family of tests: the change end to end and every pair of neighbouring τ for a trend, every τ the claim "
+    family = ("Each finding is a family of tests: the change over every stretch of the grid (every pair of planned τ) for a trend, every τ the claim "
               f"names for a comparison. The family shares a false-alarm rate of {SIGNIFICANCE:g} (Bonferroni): with m tests, each "
               f"is made at {SIGNIFICANCE:g}/m. Here m is " + ", ".join(f"{m} for finding {n}" for n, m in n_tests.items())
               + f", {sum(n_tests.values())} tests in all. The six findings are not corrected against each other: if no claim held "
               f"and the families were independent, at least one of the six would show a false result with probability up to "
               f"{1 - (1 - SIGNIFICANCE) ** len(n_tests):.0%}.\n\n"
-              "Differences of means use the seeds' variance, the larger of a cell's own and its loss's variance pooled over τ. "
+              "Differences of means use each cell's own seed variance (Welch), never one borrowed from another cell. "
               + (f"Accuracies are compared image by image: every run is probed on the same {ok[0].get('n_test')} test images, so "
                  "the images' sampling error of a difference is the variance over images of the per-image difference of the two "
                  "cells' correctness (each row's probe_correct), not two independent binomial errors." if paired else
                  "These rows do not record the probe's per-image correctness, so accuracies are compared with independent "
                  "binomial errors of the test set, which is wider than a comparison image by image."))
-    stab = verdict_stability(rows, resamples) if ok else {}
+    stab = stability if stability is not None else verdict_stability(rows, resamples, plan=judged.checked.planned) if ok else {}  # given: already computed
     stability = ("Each verdict was recomputed on " f"{resamples}" " resamplings of the seeds (in every cell, its seeds drawn again with "
                  "replacement, at least two distinct). Share of resamplings that give the same verdict: "
                  + "; ".join(f"finding {f.number} ({f.verdict}) {stab.get(f.number, math.nan):.0%}" for f in found) + ".") if stab else "No usable runs."
@@ -270,9 +271,10 @@ def report_sections(rows: list[dict], resamples: int = 200) -> list[tuple[str, s
                "committed before its pilot, after all those verdicts). Step by step:\n\n" + "\n\n".join(lines))
     breaks = [f"Finding {f.number} ({f.verdict}): {f.where}." for f in found if f.where]
     where = ("\n\n".join(breaks) + "\n\nEach is drawn in orange in the figures above." if breaks else
-             "No test contradicted a claim anywhere on the τ curve.")
-    return [("The family of tests and multiplicity", family), ("Stability of each verdict under seed resampling", stability),
-            ("How finding 6 depends on the others", depend), ("The protocol's history", history), ("Where a claim breaks", where)]
+             "No test contradicted a claim anywhere on the τ curve" + (" the runs cover." if missing else "."))
+    sections = [("The family of tests and multiplicity", family), ("Stability of each verdict under seed resampling", stability),
+                ("How finding 6 depends on the others", depend), ("The protocol's history", history), ("Where a claim breaks", where)]
+    return [(heading, short + text) for heading, text in sections]  # a planned cell that is missing is named in every section
 
 # %% ../../nbs/26_study_report.ipynb #9e279785
 _WL21_SCALE = dict(dataset="CIFAR10 (also CIFAR100, SVHN, ImageNet100)", train_images="50,000", model="ResNet18", image_size="32",
@@ -317,19 +319,20 @@ def _split(rows: list[dict]) -> tuple[list[dict], list[dict]]:
     return clean, [r for r in clean if "failed" not in r]
 
 _FINDING_HEADS = dict(number="#", claim="[WL21] claims", rule="rule", measured="this study measured", verdict="verdict",
-                      power="power at its margin", seeds_needed="seeds per cell for 80% power")
+                      power="power at its margin", seeds_needed="seeds per cell for 80% power",
+                      images_needed="not decidable on this dataset: test images 80% power needs")
 
 def _findings_table(found: list) -> tuple[list[str], list[list[tuple[str, str]]]]:
     "The findings' header cells and rows: every field of each Finding (those added later too), as (field, text) pairs."
     if not found: return ["findings"], []
     names = [f.name for f in dataclasses.fields(found[0])]
     names = [n for n in _FINDING_HEADS if n in names] + [n for n in names if n not in _FINDING_HEADS]
-    shown = lambda n, v: _text(v, ".0%") if n == "power" else "over 200" if n == "seeds_needed" and v is None else _text(v)
+    shown = lambda n, v: _text(v, ".0%") if n == "power" else "over 200" if n == "seeds_needed" and v is None else "" if n == "images_needed" and v is None else _text(v)
     return [_FINDING_HEADS.get(n, n.replace("_", " ")) for n in names], [[(n, shown(n, getattr(f, n))) for n in names] for f in found]
 
-def _sections(rows: list[dict]) -> list[tuple[str, list[str]]]:
+def _sections(rows: list[dict], plan=None, stability: dict | None = None) -> list[tuple[str, list[str]]]:
     "The sections `report_sections(rows)` adds after the findings: each heading with its plain-text paragraphs."
-    return [(str(heading), [p.strip() for p in re.split(r"\n\s*\n", str(text)) if p.strip()]) for heading, text in report_sections(rows)]
+    return [(str(heading), [p.strip() for p in re.split(r"\n\s*\n", str(text)) if p.strip()]) for heading, text in report_sections(rows, plan=plan, stability=stability)]
 
 def write_report(rows: list[dict], out_dir: str | Path, preset: StudyPreset | None = None, missing: list[str] = ()) -> Path:
     "Write report.html (scale, criteria, convergence, figures, table, findings, failed runs) into `out_dir` from the template `REPORT_TEMPLATE`, every value escaped; return its path. `missing`: runs not finished yet."
@@ -338,9 +341,12 @@ def write_report(rows: list[dict], out_dir: str | Path, preset: StudyPreset | No
     _replaceable(path)
     p = None if preset is None else check_preset(preset)
     clean, measured = _split(rows)
-    found = findings(clean, plan=planned_cells(p) if p is not None else None)
+    plan = planned_cells(p) if p is not None else None
+    found = findings(clean, plan=plan)
+    stab = verdict_stability(clean, plan=plan) if usable(clean) else {}  # each verdict printed beside its stability
+    for f in found: f.stability = f"{stab[f.number]:.0%} of 200 seed resamplings give this verdict" if f.number in stab else ""
     with_trajectories = [r for r in measured if "trajectory" in r and isinstance(r.get("config"), dict)]
-    figs = {**({"trajectories": trajectory_figure(with_trajectories)} if with_trajectories else {}), **study_figures(clean)}
+    figs = {**({"trajectories": trajectory_figure(with_trajectories)} if with_trajectories else {}), **study_figures(clean, plan)}
     plots = {name: fig.to_html(full_html=False, include_plotlyjs=(i == 0), div_id=f"fig-{name}") for i, (name, fig) in enumerate(figs.items())}
     ok = usable(clean)
     epochs = [r["config"]["epochs"] for r in measured if isinstance(r.get("config"), dict) and _integer(r["config"].get("epochs"))]
@@ -364,6 +370,6 @@ def write_report(rows: list[dict], out_dir: str | Path, preset: StudyPreset | No
                      std=_text(0 if math.isnan(r["std"]) else r["std"], ".4f"), seeds=_text(r["seeds"]))
                 for r in table1(clean) for label, color in [_loss_style(r["loss"])]],
         significance=_text(SIGNIFICANCE), n_test=_text(measured[0].get("n_test", "?") if measured else "?", "d"),
-        finding_heads=heads, finding_rows=finding_rows, sections=_sections(clean))
+        finding_heads=heads, finding_rows=finding_rows, sections=_sections(clean, plan, stab if stab else None))
     write_atomic(path, lambda f: f.write(page.encode()))
     return path
