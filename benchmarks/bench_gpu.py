@@ -26,7 +26,9 @@ batch split over the processes (memory bank only: `pretrain` takes the batch's n
 norm over the global batch with `pretrain`'s GlobalBatchNorm, torch.compile off (`pretrain` refuses it under torchrun),
 and process 0 writes the table. The page is `benchmarks/results/gpu.md` (one GPU) or `gpu-<N>gpus.md`, with the machine's
 name (GPU model, driver, CUDA and torch versions). Without CUDA, or with `--toy`, it runs a toy size on the CPU in
-seconds (the test suite does, so that the script keeps working) and writes a file only when given `--out`.
+seconds (the test suite does, so that the script keeps working) and writes a file only when given `--out`; but where the
+machine has an NVIDIA GPU that torch cannot use (a driver too old for the wheel), it stops with the sentence that says so
+instead of timing the toy.
 `--device cpu --tiny` is the same toy size, named for what it is.
 """
 from __future__ import annotations
@@ -47,7 +49,7 @@ from ctl_explore.checks import value_checks
 from ctl_explore.data import TwoViewAugment
 from ctl_explore.gpu import device_summary
 from ctl_explore.memory_bank import MemoryBank
-from ctl_explore.distributed import _distributed, _init_distributed, distributed_net, resolve_device
+from ctl_explore.distributed import _distributed, _init_distributed, distributed_net, resolve_device, unusable_gpu
 from ctl_explore.train import (PretrainConfig, TrainState, _make_momentum_buffers, _set_lr, build_model, compile_step, negatives_seen,
                                training_step, view_draws)
 
@@ -89,6 +91,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "or gpu-<N>gpus.md under torchrun; the toy writes none unless given)")
     args = p.parse_args(argv)
     args.world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    if args.device is None and not args.toy and not torch.cuda.is_available() and unusable_gpu() is not None:
+        p.error(f"no --device given, and {unusable_gpu()}; give --toy (or --device cpu) for the CPU toy size")  # not the toy, quietly
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         p.error(f"--device {args.device} asked for, but CUDA is not available (leave --device out for the CPU toy size)")

@@ -217,7 +217,7 @@ def _run(command: str, args: dict) -> int:
         return run_command(command, args)
     from ctl_explore.linear_eval import LinearEvalConfig, linear_eval
     from ctl_explore.train import pretrain
-    from ctl_explore.distributed import require_cuda
+    from ctl_explore.distributed import refuse_unusable_gpu, require_cuda
     if command == "study":
         from ctl_explore.study.rows import load_results
         from ctl_explore.study.report import write_report
@@ -229,6 +229,7 @@ def _run(command: str, args: dict) -> int:
         device = args["device"] or preset.base.device
         if device.startswith("cuda") and not (args["list"] or args["report"]):  # before any download or worker
             require_cuda(f"the {preset.name} preset" if args["device"] is None else f"--device {device}")
+        elif device == "auto" and not (args["list"] or args["report"]): refuse_unusable_gpu("--device auto")  # a GPU torch cannot use
         if args["list"]:
             states = (out / "runs").is_dir()
             print("index\trun\tloss\ttau\tseed\tepochs" + ("\tstate" if states else ""))
@@ -262,6 +263,7 @@ def _run(command: str, args: dict) -> int:
         out, restart, quiet, threads = args.pop("out"), args.pop("restart"), args.pop("quiet"), args.pop("threads")
         config = PretrainConfig(**args)
         if config.device.startswith("cuda"): require_cuda(f"--device {config.device}")  # before any download
+        elif config.device == "auto": refuse_unusable_gpu("--device auto")  # a GPU torch cannot use: no quiet fall to the CPU
         last = pretrain(config, out, quiet=quiet, restart=restart, threads=threads)
         print(json.dumps({"run": str(out), **last}))
     else:
