@@ -159,6 +159,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bars or per-epoch lines")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: 1 for the convnet on the CPU, where more "
                    "threads mostly wait on each other and slow down badly when another process is busy; torch's setting otherwise)")
+    p.add_argument("--checkpoint-every", type=int, default=None, metavar="N", help="write the checkpoint every N epochs, and always "
+                   "before each learning-rate drop, at the end, at Ctrl-C and SIGTERM (default: 1)")
+    p.add_argument("--checkpoint-s", type=float, default=None, metavar="S", help="and at most once per S seconds, 0 for no limit "
+                   "(default: 60 on CUDA, where a ResNet18's checkpoint is ~115 MB and an epoch ~2 s; 0 on the CPU; a study's rule too)")
     _add_config_options(p, PretrainConfig, option_choices())
     e = sub.add_parser("linear-eval", help="linear evaluation of a pretrained run", description=
                        "Train a linear classifier on the frozen backbone features of a run folder and report top-1 accuracy.")
@@ -261,10 +265,11 @@ def _run(command: str, args: dict) -> int:
                 return 1
     elif command == "pretrain":
         out, restart, quiet, threads = args.pop("out"), args.pop("restart"), args.pop("quiet"), args.pop("threads")
+        cadence = dict(checkpoint_every=args.pop("checkpoint_every"), checkpoint_s=args.pop("checkpoint_s"))  # None: pretrain's rule
         config = PretrainConfig(**args)
         if config.device.startswith("cuda"): require_cuda(f"--device {config.device}")  # before any download
         elif config.device == "auto": refuse_unusable_gpu("--device auto")  # a GPU torch cannot use: no quiet fall to the CPU
-        last = pretrain(config, out, quiet=quiet, restart=restart, threads=threads)
+        last = pretrain(config, out, quiet=quiet, restart=restart, threads=threads, **cadence)
         print(json.dumps({"run": str(out), **last}))
     else:
         run, random_init, device = args.pop("run"), args.pop("random_init"), args.pop("device")

@@ -136,3 +136,48 @@ def test_sigterm_to_a_training_process_saves_exits_143_and_resumes_to_the_same_n
     pretrain(config, tmp_path / "run", quiet=True)
     pretrain(config, tmp_path / "whole", quiet=True)
     _same_run(load_checkpoint(tmp_path / "whole" / "checkpoint.pt"), load_checkpoint(tmp_path / "run" / "checkpoint.pt"))
+
+
+# ---------------------------------------------------------------- issue 40 item 4: the CLI sets the cadence; one rule for all
+
+
+def _cadence_asked(monkeypatch, device: str) -> list:
+    "The (every, seconds) that `pretrain` hands its loop, the loop not run; `device` is what resolve_device answers."
+    import contextlib
+    asked = []
+    monkeypatch.setattr(train, "resolve_device", lambda name: torch.device(device))
+    monkeypatch.setattr(train.torch.cuda, "device", lambda d: contextlib.nullcontext())  # no GPU needed to enter it
+    monkeypatch.setattr(train, "_init_distributed", lambda d: False)
+    monkeypatch.setattr(train, "_pretrain", lambda *a, **k: asked.append(a[-1] if len(a) > 8 else k["cadence"]) or {})
+    return asked
+
+
+@pytest.mark.parametrize("device, every, seconds", [("cpu", 1, 0.0), ("cuda:0", 1, 60.0)])
+def test_pretrains_default_cadence_is_the_rule_at_most_once_a_minute_on_cuda(tmp_path, monkeypatch, device, every, seconds):
+    asked = _cadence_asked(monkeypatch, device)
+    pretrain(PretrainConfig(epochs=3, **SMALL), tmp_path / "run")
+    pretrain(PretrainConfig(epochs=3, **SMALL), tmp_path / "run", checkpoint_every=2, checkpoint_s=0)  # given: as given, on CUDA too
+    assert asked == [(every, seconds), (2, 0.0)]
+    assert train.checkpoint_cadence(device) == dict(checkpoint_every=every, checkpoint_s=seconds)
+
+
+def test_the_study_and_the_cli_share_the_rule(monkeypatch):
+    from ctl_explore.study.workers import _cadence
+    for available in (False, True):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: available)
+        for device in ("cpu", "cuda", "cuda:1", "auto"):
+            rule = train.checkpoint_cadence(device)
+            assert _cadence(PretrainConfig(device=device)).get("checkpoint_s", 0.0) == rule["checkpoint_s"], (device, available)
+
+
+def test_the_cli_hands_its_cadence_to_pretrain_and_names_a_bad_one(tmp_path, monkeypatch, capsys):
+    from ctl_explore import cli
+    given = []
+    monkeypatch.setattr(train, "pretrain", lambda config, out, **kw: given.append(kw) or {"epoch": 1})
+    base = ["pretrain", "--dataset", "digits", "--device", "cpu", "--out", str(tmp_path / "run")]
+    assert cli.main([*base, "--checkpoint-every", "5", "--checkpoint-s", "30"]) == 0 and cli.main(base) == 0
+    assert [(k["checkpoint_every"], k["checkpoint_s"]) for k in given] == [(5, 30.0), (None, None)]  # None: pretrain's rule
+    monkeypatch.undo()
+    with pytest.raises(SystemExit) as e: cli.main([*base, "--epochs", "3", "--checkpoint-every", "0"])
+    assert e.value.code == 2 and "checkpoint_every must be an integer in [1, 3] (epochs), got 0" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
