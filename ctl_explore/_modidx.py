@@ -1543,6 +1543,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                              'ctl_explore/train.py'),
                                    'ctl_explore.train.compile_step': ('training_loop.html#compile_step', 'ctl_explore/train.py'),
                                    'ctl_explore.train.default_lam': ('training_loop.html#default_lam', 'ctl_explore/train.py'),
+                                   'ctl_explore.train.download_splits': ('training_loop.html#download_splits', 'ctl_explore/train.py'),
                                    'ctl_explore.train.embed': ('training_loop.html#embed', 'ctl_explore/train.py'),
                                    'ctl_explore.train.evaluate': ('training_loop.html#evaluate', 'ctl_explore/train.py'),
                                    'ctl_explore.train.evaluates_at': ('training_loop.html#evaluates_at', 'ctl_explore/train.py'),

@@ -140,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_preset_options(st)
     st.add_argument("--device", default=None, help="override the preset's device (auto, cpu, cuda)")
     st.add_argument("--quiet", action="store_true", help="no progress bar")
+    st.add_argument("--download", action="store_true", help="download the preset's dataset (both splits, with a progress bar) "
+                    "into its data folder before any run, where it is not there yet (cifar10, cifar100, svhn, mnist); on a CUDA "
+                    "preset only once the GPU is found usable. The runs do not record it: a study started with it resumes without it")
     st.add_argument("--workers", type=_workers, default=None, help="parallel worker processes, each training whole runs (default: "
                     "one per CPU core, one thread each, for the ConvNet presets; one per GPU listed in CUDA_VISIBLE_DEVICES for the "
                     "CUDA presets; never more than the runs left, the cores or the GPUs). Several "
@@ -220,7 +223,7 @@ def _run(command: str, args: dict) -> int:
         from ctl_explore.grading import run_command
         return run_command(command, args)
     from ctl_explore.linear_eval import LinearEvalConfig, linear_eval
-    from ctl_explore.train import pretrain
+    from ctl_explore.train import download_splits, pretrain
     from ctl_explore.distributed import refuse_unusable_gpu, require_cuda
     if command == "study":
         from ctl_explore.study.rows import load_results
@@ -234,6 +237,7 @@ def _run(command: str, args: dict) -> int:
         if device.startswith("cuda") and not (args["list"] or args["report"]):  # before any download or worker
             require_cuda(f"the {preset.name} preset" if args["device"] is None else f"--device {device}")
         elif device == "auto" and not (args["list"] or args["report"]): refuse_unusable_gpu("--device auto")  # a GPU torch cannot use
+        if args["download"] and not (args["list"] or args["report"]): download_splits(preset.base, quiet=args["quiet"])  # once, before any run
         if args["list"]:
             states = (out / "runs").is_dir()
             print("index\trun\tloss\ttau\tseed\tepochs" + ("\tstate" if states else ""))

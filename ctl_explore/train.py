@@ -50,9 +50,9 @@ __all__ = ['NEGATIVES', 'PRECISIONS', 'PRECISION_CHOICES', 'MIN_IMAGE_SIZE', 'MA
            'TERMINATED_EXIT', 'LOG_EVERY', 'MAX_THREADS', 'GPU_CHECKPOINT_S', 'PretrainConfig', 'default_lam',
            'negatives_seen', 'lr_at', 'resolve_precision', 'run_identity', 'load_checkpoint', 'check_run_folder',
            'embed', 'evaluates_at', 'monitor_rows', 'evaluate', 'TrainingDivergedError', 'TrainingInterrupted',
-           'TrainingTerminated', 'sigterm_stops', 'threads_for', 'build_model', 'TrainState', 'view_draws',
-           'gradient_step', 'traced_sgd_step', 'training_step', 'step_on_views', 'new_state', 'compile_step',
-           'CheckpointWriter', 'checkpoint_cadence', 'pretrain']
+           'TrainingTerminated', 'sigterm_stops', 'threads_for', 'build_model', 'download_splits', 'TrainState',
+           'view_draws', 'gradient_step', 'traced_sgd_step', 'training_step', 'step_on_views', 'new_state',
+           'compile_step', 'CheckpointWriter', 'checkpoint_cadence', 'pretrain']
 
 # %% ../nbs/29_training_loop.ipynb #6dbc4a4b
 NEGATIVES = ("bank", "batch")
@@ -200,7 +200,7 @@ def lr_at(config: PretrainConfig, epoch: int) -> float:
     return config.lr * warm * 0.1 ** passed
 
 # %% ../nbs/29_training_loop.ipynb #7ba063c4
-EXECUTION_KEYS = ("device", "compile")  # where and how a run executes, not what it computes: not part of its identity
+EXECUTION_KEYS = ("device", "compile", "download", "data_root")  # where and how a run executes, and where its data come from, not what it computes: not part of its identity
 
 def resolve_precision(config: PretrainConfig, device: str | torch.device | None = None) -> str:
     "`config.precision`, with 'auto' resolved: bf16 where the run computes on CUDA, fp32 on the CPU (`device`: where; default `config.device`)."
@@ -357,6 +357,12 @@ def _load_splits(config: PretrainConfig, device: torch.device, quiet: bool) -> t
         root = Path(config.data_root).expanduser() if config.data_root is not None else data_root()
         raise DatasetNotFoundError(f"could not download {config.dataset}: {reason}; download it elsewhere and put its files "
                                    f"in {root}") from None
+
+def download_splits(config: PretrainConfig, quiet: bool = False) -> None:
+    "Fetch both splits of `config.dataset` into `config.data_root` (default `data_root()`), with torchvision's progress bar, where they are not there yet: `ctl-explore study --download`, once, before any run. Digits has nothing to fetch; a dataset declared 'no download' (ImageNet100) is a sentence."
+    spec = dataset_spec(config.dataset)
+    if "no download" in spec.source: raise ValueError(f"{config.dataset} cannot be downloaded (--download): {spec.source}")
+    _load_splits(dataclasses.replace(config, download=True), torch.device("cpu"), quiet)
 
 def _check_encoder_takes(model: Encoder, train: ImageData, augment: TwoViewAugment, config: PretrainConfig) -> None:
     "Embed two images once, so that an image size the encoder cannot take fails before anything is written."

@@ -168,3 +168,44 @@ def test_the_benchmark_refuses_its_cpu_toy_where_torch_cannot_use_the_gpu(monkey
     with pytest.raises(SystemExit) as e: bench.parse_args([])
     assert e.value.code == 2 and "no --device given, and this machine has an NVIDIA GPU but torch cannot use it" in capsys.readouterr().err
     assert bench.parse_args(["--toy"]).toy and bench.parse_args(["--device", "cpu"]).toy  # the CPU asked for: the toy
+
+
+# ---------------------------------------------------------------- issue 40 item 2: study --download; download is no part of a run
+
+
+def test_a_cuda_study_with_download_stops_with_the_gpu_sentence_before_downloading(monkeypatch, tmp_path, capsys):
+    from ctl_explore import cli, train
+    fake_machine(monkeypatch, cuda=False, smi=False, files=[])
+    monkeypatch.setattr(train, "load_dataset", lambda *a, **k: pytest.fail("a dataset was loaded"))
+    code = cli.main(["study", "--preset", "cifar10-paper", "--download", "--out", str(tmp_path / "s")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1 and "the cifar10-paper preset needs a CUDA GPU, but no NVIDIA GPU" in err[0]
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_cuda_study_with_download_fetches_both_splits_once_then_starts(monkeypatch, tmp_path, capsys):
+    from ctl_explore import cli, train
+    from ctl_explore.study import report, runner
+    fake_machine(monkeypatch, cuda=True, smi="580.65.06", files=["/dev/nvidia0"])
+    done = []
+    monkeypatch.setattr(train, "load_dataset", lambda name, train, **kw: done.append(("load", name, train, kw["download"], kw["progress"])))
+    monkeypatch.setattr(runner, "run_study", lambda preset, out, **kw: done.append(("study", preset.name, preset.base.download)) or [])
+    monkeypatch.setattr(report, "write_report", lambda rows, out, preset: out / "report.html")
+    assert cli.main(["study", "--preset", "cifar10-paper", "--download", "--out", str(tmp_path / "s")]) == 0
+    assert done == [("load", "cifar10", True, True, True), ("load", "cifar10", False, True, True), ("study", "cifar10-paper", False)]
+
+
+def test_a_dataset_that_is_not_downloaded_is_a_sentence():
+    from ctl_explore.train import PretrainConfig, download_splits
+    with pytest.raises(ValueError, match=r"^imagenet100 cannot be downloaded \(--download\): .*no download"):
+        download_splits(PretrainConfig(dataset="imagenet100"))
+
+
+def test_a_run_started_with_download_resumes_without_it(tmp_path):
+    import dataclasses
+    from ctl_explore.train import PretrainConfig, load_checkpoint, pretrain, run_identity
+    config = PretrainConfig(epochs=1, width=4, out_dim=16, knn_k=20, batch_size=256, device="cpu", eval_every=50)
+    pretrain(dataclasses.replace(config, download=True, data_root=str(tmp_path / "data")), tmp_path / "run", quiet=True)
+    assert run_identity(config) == run_identity(dataclasses.replace(config, download=True, data_root="elsewhere"))
+    assert load_checkpoint(tmp_path / "run" / "checkpoint.pt", config)["epoch"] == 1  # no CheckpointError {'download': (True, False)}
+    assert pretrain(config, tmp_path / "run", quiet=True)["epoch"] == 1  # the same run, resumed (here: finished) without --download
