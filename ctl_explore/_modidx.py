@@ -1510,6 +1510,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                    'ctl_explore.train._Rows.__init__': ('training_loop.html#_rows.__init__', 'ctl_explore/train.py'),
                                    'ctl_explore.train._Rows.__len__': ('training_loop.html#_rows.__len__', 'ctl_explore/train.py'),
                                    'ctl_explore.train._Terminated': ('training_loop.html#_terminated', 'ctl_explore/train.py'),
+                                   'ctl_explore.train._Terminated.__init__': ( 'training_loop.html#_terminated.__init__',
+                                                                               'ctl_explore/train.py'),
                                    'ctl_explore.train._check_compile': ('training_loop.html#_check_compile', 'ctl_explore/train.py'),
                                    'ctl_explore.train._check_encoder_takes': ( 'training_loop.html#_check_encoder_takes',
                                                                                'ctl_explore/train.py'),

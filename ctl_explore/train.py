@@ -312,7 +312,11 @@ class TrainingTerminated(TrainingInterrupted):
             "run the same command to resume", f"run the same command to resume (exit status {TERMINATED_EXIT}: requeue the job)"),)
 
 class _Terminated(KeyboardInterrupt):
-    "Raised in the main thread by the SIGTERM handler of `sigterm_stops`."
+    "Raised in the main thread by the SIGTERM handler of `sigterm_stops`; where nothing turns it into `TrainingTerminated` (during set-up: the data loading, before the first epoch) it still exits 143, with its own sentence."
+    exit_status = TERMINATED_EXIT
+    def __init__(self, *args):
+        super().__init__(*(args or ("stopped by SIGTERM before training began (nothing new to save); run the same command to resume "
+                                    f"(exit status {TERMINATED_EXIT}: requeue the job)",)))
 
 @contextlib.contextmanager
 def sigterm_stops():
