@@ -190,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     from ctl_explore.study.rows import StudyError
     from ctl_explore.study.runner import StudyInterrupted
     from ctl_explore.distributed import CudaUnavailableError
+    from ctl_explore.train import _Terminated  # SIGTERM during set-up, before pretrain turns it into TrainingTerminated
     parser = build_parser()
     args = vars(parser.parse_args(argv))
     command = args.pop("command")
@@ -198,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             warnings.showwarning = lambda message, *a, **k: print(f"ctl-explore: warning: {message}", file=sys.stderr)
             return _run(command, args)
     except KeyboardInterrupt as e:  # Ctrl-C: where it stopped, and how to go on; no traceback
-        said = str(e) if isinstance(e, (TrainingInterrupted, StudyInterrupted)) or hasattr(e, "exit_status") else "interrupted; run the same command to resume"
+        said = str(e) if isinstance(e, (TrainingInterrupted, StudyInterrupted, _Terminated)) else "interrupted; run the same command to resume"
         print(f"ctl-explore: {said}", file=sys.stderr)
         return getattr(e, "exit_status", 130)  # 143 after SIGTERM (TrainingTerminated): a Slurm script requeues on it
     except CudaUnavailableError as e:  # CUDA asked for where torch cannot use a GPU: one sentence, before any download
