@@ -1541,6 +1541,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                    'ctl_explore.train._weights_finite': ('training_loop.html#_weights_finite', 'ctl_explore/train.py'),
                                    'ctl_explore.train.build_model': ('training_loop.html#build_model', 'ctl_explore/train.py'),
                                    'ctl_explore.train.check_run_folder': ('training_loop.html#check_run_folder', 'ctl_explore/train.py'),
+                                   'ctl_explore.train.check_splits': ('training_loop.html#check_splits', 'ctl_explore/train.py'),
                                    'ctl_explore.train.checkpoint_cadence': ( 'training_loop.html#checkpoint_cadence',
                                                                              'ctl_explore/train.py'),
                                    'ctl_explore.train.compile_step': ('training_loop.html#compile_step', 'ctl_explore/train.py'),

@@ -224,7 +224,7 @@ def _run(command: str, args: dict) -> int:
         from ctl_explore.grading import run_command
         return run_command(command, args)
     from ctl_explore.linear_eval import LinearEvalConfig, linear_eval
-    from ctl_explore.train import download_splits, pretrain
+    from ctl_explore.train import check_splits, download_splits, pretrain
     from ctl_explore.distributed import refuse_unusable_gpu, require_cuda
     if command == "study":
         from ctl_explore.study.rows import load_results
@@ -238,7 +238,8 @@ def _run(command: str, args: dict) -> int:
         if device.startswith("cuda") and not (args["list"] or args["report"]):  # before any download or worker
             require_cuda(f"the {preset.name} preset" if args["device"] is None else f"--device {device}")
         elif device == "auto" and not (args["list"] or args["report"]): refuse_unusable_gpu("--device auto")  # a GPU torch cannot use
-        if args["download"] and not (args["list"] or args["report"]): download_splits(preset.base, quiet=args["quiet"])  # once, before any run
+        if not (args["list"] or args["report"]):  # the data, once, before any run: fetched with --download, else looked for
+            download_splits(preset.base, quiet=args["quiet"]) if args["download"] else check_splits(preset.base)
         if args["list"]:
             states = (out / "runs").is_dir()
             print("index\trun\tloss\ttau\tseed\tepochs" + ("\tstate" if states else ""))

@@ -50,9 +50,9 @@ __all__ = ['NEGATIVES', 'PRECISIONS', 'PRECISION_CHOICES', 'MIN_IMAGE_SIZE', 'MA
            'TERMINATED_EXIT', 'LOG_EVERY', 'MAX_THREADS', 'GPU_CHECKPOINT_S', 'PretrainConfig', 'default_lam',
            'negatives_seen', 'lr_at', 'resolve_precision', 'run_identity', 'load_checkpoint', 'check_run_folder',
            'embed', 'evaluates_at', 'monitor_rows', 'evaluate', 'TrainingDivergedError', 'TrainingInterrupted',
-           'TrainingTerminated', 'sigterm_stops', 'threads_for', 'build_model', 'download_splits', 'TrainState',
-           'view_draws', 'gradient_step', 'traced_sgd_step', 'training_step', 'step_on_views', 'new_state',
-           'compile_step', 'CheckpointWriter', 'checkpoint_cadence', 'pretrain']
+           'TrainingTerminated', 'sigterm_stops', 'threads_for', 'build_model', 'download_splits', 'check_splits',
+           'TrainState', 'view_draws', 'gradient_step', 'traced_sgd_step', 'training_step', 'step_on_views',
+           'new_state', 'compile_step', 'CheckpointWriter', 'checkpoint_cadence', 'pretrain']
 
 # %% ../nbs/29_training_loop.ipynb #6dbc4a4b
 NEGATIVES = ("bank", "batch")
@@ -367,6 +367,15 @@ def download_splits(config: PretrainConfig, quiet: bool = False) -> None:
     spec = dataset_spec(config.dataset)
     if "no download" in spec.source: raise ValueError(f"{config.dataset} cannot be downloaded (--download): {spec.source}")
     _load_splits(dataclasses.replace(config, download=True), torch.device("cpu"), quiet)
+
+def check_splits(config: PretrainConfig) -> None:
+    "Where `config.dataset` is one that `--download` fetches and its files are not in its data folder, a `DatasetNotFoundError` that names `--download`, before a study starts any run (the test split is read; torchvision checks both splits' files for CIFAR and MNIST)."
+    if "download=True" not in dataset_spec(config.dataset).source: return  # digits comes with scikit-learn; ImageNet100 is a folder you have
+    try: load_dataset(config.dataset, train=False, root=config.data_root, image_size=config.image_size)
+    except DatasetNotFoundError as e:
+        if not str(e).startswith(f"{config.dataset} not found in "): raise  # a damaged file: the loader's own sentence
+        root = Path(config.data_root).expanduser() if config.data_root is not None else data_root()
+        raise DatasetNotFoundError(f"{config.dataset} not found in {root}: give --download to fetch it (both splits, once) before the runs") from None
 
 def _check_encoder_takes(model: Encoder, train: ImageData, augment: TwoViewAugment, config: PretrainConfig) -> None:
     "Embed two images once, so that an image size the encoder cannot take fails before anything is written."

@@ -209,3 +209,16 @@ def test_a_run_started_with_download_resumes_without_it(tmp_path):
     assert run_identity(config) == run_identity(dataclasses.replace(config, download=True, data_root="elsewhere"))
     assert load_checkpoint(tmp_path / "run" / "checkpoint.pt", config)["epoch"] == 1  # no CheckpointError {'download': (True, False)}
     assert pretrain(config, tmp_path / "run", quiet=True)["epoch"] == 1  # the same run, resumed (here: finished) without --download
+
+
+def test_a_study_without_its_data_names_download_before_any_run(monkeypatch, tmp_path, capsys):
+    from ctl_explore import cli
+    from ctl_explore.study import runner
+    fake_machine(monkeypatch, cuda=True, smi="580.65.06", files=["/dev/nvidia0"])
+    monkeypatch.setenv("CTL_EXPLORE_DATA", str(tmp_path / "data"))
+    monkeypatch.setattr(runner, "run_study", lambda *a, **k: pytest.fail("a study started without its data"))
+    code = cli.main(["study", "--preset", "cifar10-paper", "--out", str(tmp_path / "s")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and err == [f"ctl-explore: error: cifar10 not found in {tmp_path / 'data'}: give --download to fetch it "
+                                 "(both splits, once) before the runs"]
+    assert not (tmp_path / "s").exists()
