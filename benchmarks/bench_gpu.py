@@ -52,7 +52,7 @@ from ctl_explore.checks import value_checks
 from ctl_explore.data import TwoViewAugment
 from ctl_explore.gpu import device_summary
 from ctl_explore.memory_bank import MemoryBank
-from ctl_explore.distributed import _distributed, _init_distributed, distributed_net, resolve_device, unusable_gpu
+from ctl_explore.distributed import _distributed, _init_distributed, distributed_net, cuda_problem, resolve_device, unusable_gpu
 from ctl_explore.train import (PretrainConfig, TrainState, _make_momentum_buffers, _set_lr, build_model, compile_step, negatives_seen,
                                training_step, view_draws)
 
@@ -101,7 +101,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"no --device given, and {unusable_gpu()}; give --toy (or --device cpu) for the CPU toy size")  # not the toy, quietly
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
-        p.error(f"--device {args.device} asked for, but CUDA is not available (leave --device out for the CPU toy size)")
+        p.error(f"--device {args.device} asked for, but CUDA is not available: {cuda_problem()} (--toy runs the CPU toy size)")
     args.toy = args.toy or not args.device.startswith("cuda")
     defaults = dict(batch=[8, 16], rows=128, steps=2, warmup=1, compile=["off"], repeats=1, loss=["contrastive"]) if args.toy else \
                dict(batch=[128, 512], rows=50_000, steps=100, warmup=15, compile=[*COMPILES, GRAPH], repeats=5, loss=list(LOSSES)) if args.full else \

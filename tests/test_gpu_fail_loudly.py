@@ -168,6 +168,8 @@ def test_the_benchmark_refuses_its_cpu_toy_where_torch_cannot_use_the_gpu(monkey
     with pytest.raises(SystemExit) as e: bench.parse_args([])
     assert e.value.code == 2 and "no --device given, and this machine has an NVIDIA GPU but torch cannot use it" in capsys.readouterr().err
     assert bench.parse_args(["--toy"]).toy and bench.parse_args(["--device", "cpu"]).toy  # the CPU asked for: the toy
+    with pytest.raises(SystemExit): bench.parse_args(["--device", "cuda"])
+    assert "--device cuda asked for, but CUDA is not available: this machine has an NVIDIA GPU but" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------- issue 40 item 2: study --download; download is no part of a run
