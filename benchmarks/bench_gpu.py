@@ -9,12 +9,15 @@ pass, the SGD update, and with the memory bank its moving-average update. Two wa
 * `batch`, SimCLR's: two views per image, each against the other views of the batch. This is the like-for-like
   comparison with the published SimCLR anchors, which run the network on two views of every image.
 
-Each at batch 128 ([WL21]) and 512, with torch.compile off, of the encoder (`compile=True`) and of the whole step
+The default set fits the first hour on a GPU (about 10 minutes on one, at most two graphs compiled): both ways of
+taking negatives at [WL21]'s batch of 128, the step eager and as a CUDA graph, the ordinary loss, 3 timings each. `--full`
+runs the whole grid (32 cases, 24 compiled from scratch: 30 to 60 minutes): each at batch 128 ([WL21]) and 512, with torch.compile off, of the encoder (`compile=True`) and of the whole step
 (`compile="step"`: one graph, `ctl_explore.train.compile_step`, the learning rate a tensor as `pretrain` passes it), for
 the ordinary contrastive loss and the hard one (`--loss`). `graph` (a default on CUDA) replays that one graph as a CUDA graph
 (torch.compile's mode="reduce-overhead"; the row says when inductor skipped the CUDA graph, and stderr says why). The data are random uint8 images of CIFAR10's shape (3 x 32 x 32, 50,000 rows), made on the device:
 nothing is downloaded. cudnn.benchmark is on, as `pretrain` sets it on CUDA. Each case is timed `--repeats` times
-after its warm-up; the table gives the median images/s and the range over the repeats.
+after its warm-up; the table gives the median images/s and the range over the repeats, and each case's line (images/s,
+TFLOP/s and, where the GPU's peak is known, MFU) is printed as soon as it is measured.
 
 The page is rewritten (atomically: a temporary file, then a rename) after every case, so a crash or a kill keeps the
 rows already measured. A case that fails (out of memory, a compiler error) becomes a row that says why in a sentence,
@@ -26,7 +29,9 @@ batch split over the processes (memory bank only: `pretrain` takes the batch's n
 norm over the global batch with `pretrain`'s GlobalBatchNorm, torch.compile off (`pretrain` refuses it under torchrun),
 and process 0 writes the table. The page is `benchmarks/results/gpu.md` (one GPU) or `gpu-<N>gpus.md`, with the machine's
 name (GPU model, driver, CUDA and torch versions). Without CUDA, or with `--toy`, it runs a toy size on the CPU in
-seconds (the test suite does, so that the script keeps working) and writes a file only when given `--out`.
+seconds (the test suite does, so that the script keeps working) and writes a file only when given `--out`; but where the
+machine has an NVIDIA GPU that torch cannot use (a driver too old for the wheel), it stops with the sentence that says so
+instead of timing the toy.
 `--device cpu --tiny` is the same toy size, named for what it is.
 """
 from __future__ import annotations
@@ -47,7 +52,7 @@ from ctl_explore.checks import value_checks
 from ctl_explore.data import TwoViewAugment
 from ctl_explore.gpu import device_summary
 from ctl_explore.memory_bank import MemoryBank
-from ctl_explore.distributed import _distributed, _init_distributed, distributed_net, resolve_device
+from ctl_explore.distributed import _distributed, _init_distributed, distributed_net, cuda_problem, resolve_device, unusable_gpu
 from ctl_explore.train import (PretrainConfig, TrainState, _make_momentum_buffers, _set_lr, build_model, compile_step, negatives_seen,
                                training_step, view_draws)
 
@@ -68,19 +73,22 @@ ANCHORS = (
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="Images/s of pretrain's training step (ResNet18, CIFAR10-shaped data), bf16, "
                                             "with and without torch.compile, on one GPU or under torchrun on N; writes a markdown table.")
+    p.add_argument("--full", action="store_true", help="the whole grid: batch 128 and 512, compile off, encoder, step and graph, "
+                   "both losses, 5 repeats (32 cases, 30 to 60 minutes on one GPU); the default set (batch 128, compile off and "
+                   "graph, the ordinary loss, 3 repeats: 4 cases) fits in about 10 minutes")
     p.add_argument("--toy", "--tiny", dest="toy", action="store_true",
                    help="a toy size on the CPU, in seconds (automatic when CUDA is not available)")
     p.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if available, else cpu; under torchrun: "
                                                   "each process's cuda:LOCAL_RANK)")
-    p.add_argument("--batch", type=int, nargs="+", default=None, help="global batch sizes (default 128 512; toy: 8 16)")
+    p.add_argument("--batch", type=int, nargs="+", default=None, help="global batch sizes (default 128; --full: 128 512; toy: 8 16)")
     p.add_argument("--rows", type=int, default=None, help="training images (default 50000; toy: 128)")
     p.add_argument("--steps", type=int, default=None, help="timed steps per case (default 100; toy: 2)")
     p.add_argument("--warmup", type=int, default=None, help="untimed steps first, compilation included (default 15; toy: 1)")
-    p.add_argument("--repeats", type=int, default=None, help="timings of --steps steps per case, for the median and range (default 5; toy: 1)")
-    p.add_argument("--loss", choices=LOSSES, nargs="+", default=None, help="losses to time (default: both; toy: contrastive)")
+    p.add_argument("--repeats", type=int, default=None, help="timings of --steps steps per case, for the median and range (default 3; --full: 5; toy: 1)")
+    p.add_argument("--loss", choices=LOSSES, nargs="+", default=None, help="losses to time (default: contrastive; --full: both)")
     p.add_argument("--compile", choices=COMPILES + (GRAPH,), nargs="+", default=None,
                    help="torch.compile settings to time: off, encoder, step, graph (the step as a CUDA graph) (default on CUDA: "
-                        "off, encoder, step, graph; toy and torchrun: off)")
+                        "off, graph; --full: off, encoder, step, graph; toy and torchrun: off)")
     p.add_argument("--negatives", choices=("bank", "batch"), nargs="+", default=None,
                    help="bank, batch (default: both; under torchrun: bank, the only one pretrain runs on several processes)")
     p.add_argument("--peak-tflops", type=float, default=None, help="the GPU's dense bf16 peak in TFLOP/s for the MFU column "
@@ -89,12 +97,15 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "or gpu-<N>gpus.md under torchrun; the toy writes none unless given)")
     args = p.parse_args(argv)
     args.world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    if args.device is None and not args.toy and not torch.cuda.is_available() and unusable_gpu() is not None:
+        p.error(f"no --device given, and {unusable_gpu()}; give --toy (or --device cpu) for the CPU toy size")  # not the toy, quietly
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
-        p.error(f"--device {args.device} asked for, but CUDA is not available (leave --device out for the CPU toy size)")
+        p.error(f"--device {args.device} asked for, but CUDA is not available: {cuda_problem()} (--toy runs the CPU toy size)")
     args.toy = args.toy or not args.device.startswith("cuda")
     defaults = dict(batch=[8, 16], rows=128, steps=2, warmup=1, compile=["off"], repeats=1, loss=["contrastive"]) if args.toy else \
-               dict(batch=[128, 512], rows=50_000, steps=100, warmup=15, compile=[*COMPILES, GRAPH], repeats=5, loss=list(LOSSES))
+               dict(batch=[128, 512], rows=50_000, steps=100, warmup=15, compile=[*COMPILES, GRAPH], repeats=5, loss=list(LOSSES)) if args.full else \
+               dict(batch=[128], rows=50_000, steps=100, warmup=15, compile=["off", GRAPH], repeats=3, loss=["contrastive"])  # ~10 min
     defaults["negatives"] = ["bank"] if args.world > 1 else ["bank", "batch"]
     if args.world > 1: defaults["compile"] = ["off"]
     for name, value in defaults.items():
@@ -211,6 +222,14 @@ def cudagraph_skips() -> int:
     return counters["inductor"]["cudagraph_skips"]
 
 
+def case_line(r: dict, peak: float | None) -> str:
+    "The printed line of a measured case: its setting, images/s (median and range), ms per step, TFLOP/s and, given the GPU's peak, MFU."
+    mfu = f"  MFU {r['tflops'] / peak:.1%}" if peak else "  MFU unknown (give --peak-tflops)"
+    return (f"  negatives {r['negatives']:<5} batch {r['batch']:>4} GPUs {r['gpus']} compile {r['compile']:<7} loss {r['loss']:<16} "
+            f"{r['images_per_s']:>9,.0f} images/s (range {r['images_per_s_min']:,.0f}–{r['images_per_s_max']:,.0f})  "
+            f"{r['ms_per_step']:7.1f} ms/step  {r['tflops']:.3g} TFLOP/s{mfu}")
+
+
 def failed_row(e: BaseException, batch: int, negatives: str, compile: str, loss: str, world: int) -> dict:
     "The row of a case that failed: its setting and the error in one sentence."
     first = (str(e).strip().splitlines() or [""])[0][:300]
@@ -308,9 +327,7 @@ def main(argv=None) -> list[dict]:
         for negatives, batch, compile, loss in cases:
             try:
                 r = time_case(images, batch, negatives, compile, args.steps, args.warmup, device, loss, args.repeats)
-                say(f"  negatives {negatives:<5} batch {batch:>4} GPUs {args.world} compile {compile:<7} loss {loss:<16} "
-                    f"{r['images_per_s']:>9,.0f} images/s (range {r['images_per_s_min']:,.0f}–{r['images_per_s_max']:,.0f})  "
-                    f"{r['ms_per_step']:7.1f} ms/step", flush=True)
+                say(case_line(r, args.peak_tflops), flush=True)  # as it goes: a long grid shows its numbers case by case
             except Exception as e:  # this case's failure is its row; the others go on (under torchrun: the rows so far are kept)
                 r = failed_row(e, batch, negatives, compile, loss, args.world)
                 say(f"  negatives {negatives:<5} batch {batch:>4} GPUs {args.world} compile {compile:<7} loss {loss:<16} failed: {r['error']}", flush=True)

@@ -142,6 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_preset_options(st)
     st.add_argument("--device", default=None, help="override the preset's device (auto, cpu, cuda)")
     st.add_argument("--quiet", action="store_true", help="no progress bar")
+    st.add_argument("--download", action="store_true", help="download the preset's dataset (both splits, with a progress bar) "
+                    "into its data folder before any run, where it is not there yet (cifar10, cifar100, svhn, mnist); on a CUDA "
+                    "preset only once the GPU is found usable. The runs do not record it: a study started with it resumes without it")
     st.add_argument("--workers", type=_workers, default=None, help="parallel worker processes, each training whole runs (default: "
                     "one per CPU core, one thread each, for the ConvNet presets; one per GPU listed in CUDA_VISIBLE_DEVICES for the "
                     "CUDA presets; never more than the runs left, the cores or the GPUs). Several "
@@ -161,6 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bars or per-epoch lines")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: 1 for the convnet on the CPU, where more "
                    "threads mostly wait on each other and slow down badly when another process is busy; torch's setting otherwise)")
+    p.add_argument("--checkpoint-every", type=int, default=None, metavar="N", help="write the checkpoint every N epochs, and always "
+                   "before each learning-rate drop, at the end, at Ctrl-C and SIGTERM (default: 1)")
+    p.add_argument("--checkpoint-s", type=float, default=None, metavar="S", help="and at most once per S seconds, 0 for no limit "
+                   "(default: 60 on CUDA, where a ResNet18's checkpoint is ~115 MB and an epoch ~2 s; 0 on the CPU; a study's rule too)")
     _add_config_options(p, PretrainConfig, option_choices())
     e = sub.add_parser("linear-eval", help="linear evaluation of a pretrained run", description=
                        "Train a linear classifier on the frozen backbone features of a run folder and report top-1 accuracy.")
@@ -186,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     from ctl_explore.study.runner import StudyInterrupted
     from ctl_explore.distributed import DEVICE_LINE_ENV, CudaUnavailableError
     from ctl_explore.study.judge import JudgeError
+    from ctl_explore.train import _Terminated  # SIGTERM during set-up, before pretrain turns it into TrainingTerminated
     parser = build_parser()
     args = vars(parser.parse_args(argv))
     command = args.pop("command")
@@ -199,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ctl-explore: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as e:  # Ctrl-C: where it stopped, and how to go on; no traceback
-        said = str(e) if isinstance(e, (TrainingInterrupted, StudyInterrupted)) else "interrupted; run the same command to resume"
+        said = str(e) if isinstance(e, (TrainingInterrupted, StudyInterrupted, _Terminated)) else "interrupted; run the same command to resume"
         print(f"ctl-explore: {said}", file=sys.stderr)
         return getattr(e, "exit_status", 130)  # 143 after SIGTERM (TrainingTerminated): a Slurm script requeues on it
     except CudaUnavailableError as e:  # CUDA asked for where torch cannot use a GPU: one sentence, before any download
@@ -227,9 +235,9 @@ def _run(command: str, args: dict) -> int:
         from ctl_explore.grading import run_command
         return run_command(command, args)
     from ctl_explore.linear_eval import LinearEvalConfig, linear_eval
-    from ctl_explore.train import pretrain
+    from ctl_explore.train import check_splits, download_splits, pretrain
     import torch
-    from ctl_explore.distributed import require_cuda, resolve_device
+    from ctl_explore.distributed import refuse_unusable_gpu, require_cuda, resolve_device
     if command == "study":
         from ctl_explore.study.rows import load_results
         from ctl_explore.study.report import write_report
@@ -242,8 +250,11 @@ def _run(command: str, args: dict) -> int:
         device = args["device"] or preset.base.device
         if device.startswith("cuda") and not (args["list"] or args["report"]):  # before any download or worker
             require_cuda(f"the {preset.name} preset" if args["device"] is None else f"--device {device}")
-        if device == "auto" and not (args["list"] or args["report"]) and not torch.cuda.is_available():
-            resolve_device("auto")  # the device line said here, once, and by none of the workers (on CUDA each worker resolves its own GPU)
+        elif device == "auto" and not (args["list"] or args["report"]):
+            refuse_unusable_gpu("--device auto")  # a GPU torch cannot use
+            if not torch.cuda.is_available(): resolve_device("auto")  # the device line said here, once, and by none of the workers (on CUDA each worker resolves its own GPU)
+        if not (args["list"] or args["report"]):  # the data, once, before any run: fetched with --download, else looked for
+            download_splits(preset.base, quiet=args["quiet"]) if args["download"] else check_splits(preset.base)
         if args["list"]:
             states = (out / "runs").is_dir()
             print("index\trun\tloss\ttau\tseed\tepochs" + ("\tstate" if states else ""))
@@ -275,9 +286,11 @@ def _run(command: str, args: dict) -> int:
                 return 1
     elif command == "pretrain":
         out, restart, quiet, threads = args.pop("out"), args.pop("restart"), args.pop("quiet"), args.pop("threads")
+        cadence = dict(checkpoint_every=args.pop("checkpoint_every"), checkpoint_s=args.pop("checkpoint_s"))  # None: pretrain's rule
         config = PretrainConfig(**args)
         if config.device.startswith("cuda"): require_cuda(f"--device {config.device}")  # before any download
-        last = pretrain(config, out, quiet=quiet, restart=restart, threads=threads)
+        elif config.device == "auto": refuse_unusable_gpu("--device auto")  # a GPU torch cannot use: no quiet fall to the CPU
+        last = pretrain(config, out, quiet=quiet, restart=restart, threads=threads, **cadence)
         print(json.dumps({"run": str(out), **last}))
     else:
         run, random_init, device = args.pop("run"), args.pop("random_init"), args.pop("device")

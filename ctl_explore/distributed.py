@@ -25,8 +25,9 @@ from torch import Tensor
 
 # %% auto #0
 __all__ = ['MAX_WORLD_SIZE', 'CUDA12_INDEX', 'DEVICE_LINE_ENV', 'DIST_TIMEOUT_ENV', 'DIST_TIMEOUT_S', 'NATIVE_BN_DEVICES',
-           'cuda_problem', 'CudaUnavailableError', 'require_cuda', 'resolve_device', 'ProcessGroupError',
-           'dist_timeout', 'check_ranks', 'GlobalBatchNorm', 'global_batchnorm', 'distributed_net']
+           'cuda_problem', 'CudaUnavailableError', 'unusable_gpu', 'refuse_unusable_gpu', 'require_cuda',
+           'resolve_device', 'ProcessGroupError', 'dist_timeout', 'check_ranks', 'GlobalBatchNorm', 'global_batchnorm',
+           'distributed_net']
 
 # %% ../nbs/19_several_processes.ipynb #d6c78f71
 def _check_device_name(name) -> None:
@@ -89,7 +90,17 @@ def cuda_problem() -> str | None:
             "with the torchvision of that torch from the same index) or update the driver")
 
 class CudaUnavailableError(ValueError):
-    "CUDA was asked for (a CUDA preset, --device cuda) on a machine where torch cannot use a GPU; the message says why."
+    "CUDA was asked for (a CUDA preset, --device cuda) on a machine where torch cannot use a GPU, or 'auto' found a GPU torch cannot use; the message says why."
+
+def unusable_gpu() -> str | None:
+    "`cuda_problem`'s sentence where this machine has an NVIDIA GPU that torch cannot use (a driver too old for the wheel, a torch built without CUDA); None where torch can use one, where there is none, or where CUDA_VISIBLE_DEVICES hides them all (a choice)."
+    problem = cuda_problem()
+    return problem if problem is not None and problem.startswith("this machine has an NVIDIA GPU") else None  # both such sentences begin so
+
+def refuse_unusable_gpu(what: str) -> None:
+    "Raise `CudaUnavailableError` naming `what` (e.g. '--device auto') where this machine has an NVIDIA GPU that torch cannot use: 'auto' does not fall back to the CPU then, unasked."
+    problem = unusable_gpu()
+    if problem is not None: raise CudaUnavailableError(f"{what} does not fall back to the CPU when {problem}; give --device cpu to train on the CPU anyway")
 
 def require_cuda(what: str) -> None:
     "Raise `CudaUnavailableError` naming `what` (e.g. 'the cifar10-paper preset') unless torch can use a CUDA GPU here: before any download or run."
@@ -111,10 +122,11 @@ def _say_auto(device: torch.device) -> None:
     if os.environ.get(DEVICE_LINE_ENV) == "once": os.environ[DEVICE_LINE_ENV] = "said"  # the command's workers, started later, stay silent
 
 def resolve_device(name: str) -> torch.device:
-    "The device this process trains on: 'auto' is CUDA if available, else the CPU (said once, with the reason); under torchrun, 'auto' and 'cuda' mean cuda:LOCAL_RANK."
+    "The device this process trains on: 'auto' is CUDA if available, else the CPU (said once, with the reason) unless the machine has a GPU torch cannot use (refused); under torchrun, 'auto' and 'cuda' mean cuda:LOCAL_RANK."
     _check_device_name(name)
     check_ranks()  # a RANK outside [0, WORLD_SIZE) is refused before anything starts
     if name == "auto":
+        if not torch.cuda.is_available(): refuse_unusable_gpu("device 'auto'")  # a GPU torch cannot use: the same sentence as for 'cuda'
         device = _resolve_cuda(torch.device("cuda")) if torch.cuda.is_available() else torch.device("cpu")
         _say_auto(device)
         return device

@@ -47,12 +47,12 @@ from .run_folders import check_run_folder as _check_folder
 # %% auto #0
 __all__ = ['NEGATIVES', 'PRECISIONS', 'PRECISION_CHOICES', 'MIN_IMAGE_SIZE', 'MAX_SIZES', 'MAX_EPOCHS', 'MAX_LR',
            'MAX_WEIGHT_DECAY', 'SEED_BOUND', 'COMPILE_MODES', 'EXECUTION_KEYS', 'METRIC_KEYS', 'TIMING_KEYS',
-           'TERMINATED_EXIT', 'LOG_EVERY', 'MAX_THREADS', 'PretrainConfig', 'default_lam', 'negatives_seen', 'lr_at',
-           'resolve_precision', 'run_identity', 'load_checkpoint', 'check_run_folder', 'embed', 'evaluates_at',
-           'monitor_rows', 'evaluate', 'TrainingDivergedError', 'TrainingInterrupted', 'TrainingTerminated',
-           'sigterm_stops', 'threads_for', 'build_model', 'TrainState', 'view_draws', 'gradient_step',
-           'traced_sgd_step', 'training_step', 'step_on_views', 'new_state', 'compile_step', 'CheckpointWriter',
-           'pretrain']
+           'TERMINATED_EXIT', 'LOG_EVERY', 'MAX_THREADS', 'GPU_CHECKPOINT_S', 'PretrainConfig', 'default_lam',
+           'negatives_seen', 'lr_at', 'resolve_precision', 'run_identity', 'load_checkpoint', 'check_run_folder',
+           'embed', 'evaluates_at', 'monitor_rows', 'evaluate', 'TrainingDivergedError', 'TrainingInterrupted',
+           'TrainingTerminated', 'sigterm_stops', 'threads_for', 'build_model', 'download_splits', 'check_splits',
+           'TrainState', 'view_draws', 'gradient_step', 'traced_sgd_step', 'training_step', 'step_on_views',
+           'new_state', 'compile_step', 'CheckpointWriter', 'checkpoint_cadence', 'pretrain']
 
 # %% ../nbs/29_training_loop.ipynb #6dbc4a4b
 NEGATIVES = ("bank", "batch")
@@ -200,7 +200,7 @@ def lr_at(config: PretrainConfig, epoch: int) -> float:
     return config.lr * warm * 0.1 ** passed
 
 # %% ../nbs/29_training_loop.ipynb #7ba063c4
-EXECUTION_KEYS = ("device", "compile")  # where and how a run executes, not what it computes: not part of its identity
+EXECUTION_KEYS = ("device", "compile", "download", "data_root")  # where and how a run executes, and where its data come from, not what it computes: not part of its identity
 
 def resolve_precision(config: PretrainConfig, device: str | torch.device | None = None) -> str:
     "`config.precision`, with 'auto' resolved: bf16 where the run computes on CUDA, fp32 on the CPU (`device`: where; default `config.device`)."
@@ -312,7 +312,11 @@ class TrainingTerminated(TrainingInterrupted):
             "run the same command to resume", f"run the same command to resume (exit status {TERMINATED_EXIT}: requeue the job)"),)
 
 class _Terminated(KeyboardInterrupt):
-    "Raised in the main thread by the SIGTERM handler of `sigterm_stops`."
+    "Raised in the main thread by the SIGTERM handler of `sigterm_stops`; where nothing turns it into `TrainingTerminated` (during set-up: the data loading, before the first epoch) it still exits 143, with its own sentence."
+    exit_status = TERMINATED_EXIT
+    def __init__(self, *args):
+        super().__init__(*(args or ("stopped by SIGTERM before training began (nothing new to save); run the same command to resume "
+                                    f"(exit status {TERMINATED_EXIT}: requeue the job)",)))
 
 @contextlib.contextmanager
 def sigterm_stops():
@@ -357,6 +361,21 @@ def _load_splits(config: PretrainConfig, device: torch.device, quiet: bool) -> t
         root = Path(config.data_root).expanduser() if config.data_root is not None else data_root()
         raise DatasetNotFoundError(f"could not download {config.dataset}: {reason}; download it elsewhere and put its files "
                                    f"in {root}") from None
+
+def download_splits(config: PretrainConfig, quiet: bool = False) -> None:
+    "Fetch both splits of `config.dataset` into `config.data_root` (default `data_root()`), with torchvision's progress bar, where they are not there yet: `ctl-explore study --download`, once, before any run. Digits has nothing to fetch; a dataset declared 'no download' (ImageNet100) is a sentence."
+    spec = dataset_spec(config.dataset)
+    if "no download" in spec.source: raise ValueError(f"{config.dataset} cannot be downloaded (--download): {spec.source}")
+    _load_splits(dataclasses.replace(config, download=True), torch.device("cpu"), quiet)
+
+def check_splits(config: PretrainConfig) -> None:
+    "Where `config.dataset` is one that `--download` fetches and its files are not in its data folder, a `DatasetNotFoundError` that names `--download`, before a study starts any run (the test split is read; torchvision checks both splits' files for CIFAR and MNIST)."
+    if "download=True" not in dataset_spec(config.dataset).source: return  # digits comes with scikit-learn; ImageNet100 is a folder you have
+    try: load_dataset(config.dataset, train=False, root=config.data_root, image_size=config.image_size)
+    except DatasetNotFoundError as e:
+        if not str(e).startswith(f"{config.dataset} not found in "): raise  # a damaged file: the loader's own sentence
+        root = Path(config.data_root).expanduser() if config.data_root is not None else data_root()
+        raise DatasetNotFoundError(f"{config.dataset} not found in {root}: give --download to fetch it (both splits, once) before the runs") from None
 
 def _check_encoder_takes(model: Encoder, train: ImageData, augment: TwoViewAugment, config: PretrainConfig) -> None:
     "Embed two images once, so that an image size the encoder cannot take fails before anything is written."
@@ -735,6 +754,13 @@ def _peer_failure(e: BaseException, rank: int, world: int) -> ProcessGroupError 
     "Appendix 19's sentence for a collective that failed because a peer failed or went silent; None for the run's own errors (checkpoint, folder, divergence)."
     return _lost_peer(e, rank, world, own=(CheckpointError, RunFolderError, TrainingDivergedError))
 
+GPU_CHECKPOINT_S = 60.0  # on CUDA a run checkpoints at most once a minute by default: a ResNet18's checkpoint is ~115 MB, an epoch ~2 s
+
+def checkpoint_cadence(device: str | torch.device) -> dict:
+    "How often a run on `device` checkpoints unless told otherwise, `pretrain`'s keywords: every epoch, at most once per `GPU_CHECKPOINT_S` on CUDA ('auto': where CUDA is available), with no limit on the CPU. The one rule of the CLI, the library and the study."
+    if str(device) == "auto": device = "cuda" if torch.cuda.is_available() else "cpu"
+    return dict(checkpoint_every=1, checkpoint_s=GPU_CHECKPOINT_S if torch.device(device).type == "cuda" else 0.0)
+
 def pretrain(
     config: PretrainConfig,     # what to train
     out_dir: str | Path,        # the run folder: config.json, metrics.jsonl, checkpoint.pt (and its lock, .lock)
@@ -742,8 +768,8 @@ def pretrain(
     restart: bool = False,      # ignore (and replace) an existing checkpoint instead of resuming from it
     until_epoch: int | None = None, # stop (resumably) once this many epochs are done; default: config.epochs
     threads: int | None = None, # CPU threads for the run (torch.set_num_threads, restored after); None: threads_for(config)
-    checkpoint_every: int = 1,  # write the checkpoint every this many epochs (and at each lr drop, at the end, at Ctrl-C and SIGTERM)
-    checkpoint_s: float = 0.0,  # and at most once per this many seconds (0: no limit); neither changes a number the run computes
+    checkpoint_every: int | None = None, # write the checkpoint every this many epochs (and at each lr drop, at the end, at Ctrl-C and SIGTERM); None: 1
+    checkpoint_s: float | None = None,   # and at most once per this many seconds (0: no limit); None: `checkpoint_cadence`'s rule, 60 on CUDA, 0 on the CPU; neither changes a number the run computes
 ) -> dict:
     "Pretrain an encoder as in [WL21], resuming from `out_dir`'s checkpoint if there is one; returns the last epoch's record."
     start_time = time.perf_counter()
@@ -758,11 +784,13 @@ def pretrain(
     if threads is not None and threads > MAX_THREADS:
         raise ValueError(f"threads must be an integer >= 1 and at most {MAX_THREADS} (torch takes the count as a C int, and no "
                          f"machine has more cores), got {threads!r}")
+    checkpoint_every = 1 if checkpoint_every is None else checkpoint_every
     if not _is_int(checkpoint_every) or not 1 <= checkpoint_every <= config.epochs:
         raise ValueError(f"checkpoint_every must be an integer in [1, {config.epochs}] (epochs), got {checkpoint_every!r}")
-    if not _is_number(checkpoint_s) or not 0 <= checkpoint_s <= 86_400:
+    if checkpoint_s is not None and (not _is_number(checkpoint_s) or not 0 <= checkpoint_s <= 86_400):
         raise ValueError(f"checkpoint_s must be a number of seconds in [0, 86400], got {checkpoint_s!r}")
     device = resolve_device(config.device)
+    if checkpoint_s is None: checkpoint_s = checkpoint_cadence(device)["checkpoint_s"]  # the one rule, the CLI's and the study's
     threads = threads if threads is not None else threads_for(config)
     previous_threads = torch.get_num_threads()
     if threads is not None: torch.set_num_threads(threads)

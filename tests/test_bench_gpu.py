@@ -55,9 +55,13 @@ def test_toy_writes_nothing_without_out(bench, tmp_path, monkeypatch):
 def test_full_size_defaults(bench, monkeypatch):
     monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: True)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    args = bench.parse_args([])
-    assert (args.toy, args.device, args.batch, args.rows, args.compile) == (False, "cuda", [128, 512], 50_000, ["off", "encoder", "step", "graph"])
+    args = bench.parse_args([])  # issue 40: the default set fits the first hour: 4 cases, 2 of them compiled
+    assert (args.toy, args.device, args.batch, args.rows, args.compile, args.loss, args.repeats) == \
+        (False, "cuda", [128], 50_000, ["off", "graph"], ["contrastive"], 3)
     assert args.negatives == ["bank", "batch"] and args.out == bench.RESULTS / "gpu.md"
+    args = bench.parse_args(["--full"])  # the whole grid, behind a flag
+    assert (args.batch, args.compile, args.loss, args.repeats) == ([128, 512], ["off", "encoder", "step", "graph"], list(bench.LOSSES), 5)
+    assert bench.parse_args(["--full", "--batch", "256"]).batch == [256]  # an option given wins
     monkeypatch.setenv("WORLD_SIZE", "4")  # under torchrun: the memory bank only, and a page of its own
     args = bench.parse_args([])
     assert args.world == 4 and args.negatives == ["bank"] and args.out == bench.RESULTS / "gpu-4gpus.md"
@@ -162,7 +166,7 @@ def test_the_hard_loss_is_timed_and_the_page_names_the_versions(bench, tmp_path)
 def test_full_size_repeats_and_both_losses_and_no_compile_under_torchrun(bench, capsys, monkeypatch):
     monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: True)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    args = bench.parse_args([])
+    args = bench.parse_args(["--full"])
     assert args.repeats == 5 and args.loss == ["contrastive", "hard_contrastive"]
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert bench.parse_args([]).compile == ["off"]
@@ -170,7 +174,7 @@ def test_full_size_repeats_and_both_losses_and_no_compile_under_torchrun(bench, 
     assert "pretrain refuses torch.compile with several processes" in capsys.readouterr().err
 
 
-def test_flops_and_mfu_are_written(bench, tmp_path):
+def test_flops_and_mfu_are_written(bench, tmp_path, capsys):
     "Each row gets its step's TFLOP/s (torch's FLOP counter) and, given the GPU's peak, the MFU."
     out = tmp_path / "gpu.md"
     rows = bench.main(["--toy", "--out", str(out), "--peak-tflops", "0.001", "--negatives", "bank", "--batch", "2", "--rows", "4",
@@ -181,3 +185,5 @@ def test_flops_and_mfu_are_written(bench, tmp_path):
     rows = [l for l in text.splitlines() if l.startswith("| bank |")]
     assert rows and all(l.rstrip(" |").endswith("%") for l in rows)
     assert bench.peak_tflops(torch.device("cpu")) is None and bench.peak_tflops(torch.device("cpu"), 989.4) == 989.4
+    printed = [l for l in capsys.readouterr().out.splitlines() if "images/s" in l]  # issue 40: each case's line as it is measured
+    assert len(printed) == 1 and "TFLOP/s" in printed[0] and "MFU" in printed[0] and printed[0].rstrip().endswith("%")

@@ -136,3 +136,90 @@ def test_sigterm_to_a_training_process_saves_exits_143_and_resumes_to_the_same_n
     pretrain(config, tmp_path / "run", quiet=True)
     pretrain(config, tmp_path / "whole", quiet=True)
     _same_run(load_checkpoint(tmp_path / "whole" / "checkpoint.pt"), load_checkpoint(tmp_path / "run" / "checkpoint.pt"))
+
+
+# ---------------------------------------------------------------- issue 40 item 4: the CLI sets the cadence; one rule for all
+
+
+def _cadence_asked(monkeypatch, device: str) -> list:
+    "The (every, seconds) that `pretrain` hands its loop, the loop not run; `device` is what resolve_device answers."
+    import contextlib
+    asked = []
+    monkeypatch.setattr(train, "resolve_device", lambda name: torch.device(device))
+    monkeypatch.setattr(train.torch.cuda, "device", lambda d: contextlib.nullcontext())  # no GPU needed to enter it
+    monkeypatch.setattr(train, "_init_distributed", lambda d: False)
+    monkeypatch.setattr(train, "_pretrain", lambda *a, **k: asked.append(a[-1] if len(a) > 8 else k["cadence"]) or {})
+    return asked
+
+
+@pytest.mark.parametrize("device, every, seconds", [("cpu", 1, 0.0), ("cuda:0", 1, 60.0)])
+def test_pretrains_default_cadence_is_the_rule_at_most_once_a_minute_on_cuda(tmp_path, monkeypatch, device, every, seconds):
+    asked = _cadence_asked(monkeypatch, device)
+    pretrain(PretrainConfig(epochs=3, **SMALL), tmp_path / "run")
+    pretrain(PretrainConfig(epochs=3, **SMALL), tmp_path / "run", checkpoint_every=2, checkpoint_s=0)  # given: as given, on CUDA too
+    assert asked == [(every, seconds), (2, 0.0)]
+    assert train.checkpoint_cadence(device) == dict(checkpoint_every=every, checkpoint_s=seconds)
+
+
+def test_the_study_and_the_cli_share_the_rule(monkeypatch):
+    from ctl_explore.study.workers import _cadence
+    for available in (False, True):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: available)
+        for device in ("cpu", "cuda", "cuda:1", "auto"):
+            rule = train.checkpoint_cadence(device)
+            assert _cadence(PretrainConfig(device=device)).get("checkpoint_s", 0.0) == rule["checkpoint_s"], (device, available)
+
+
+def test_the_cli_hands_its_cadence_to_pretrain_and_names_a_bad_one(tmp_path, monkeypatch, capsys):
+    from ctl_explore import cli
+    given = []
+    monkeypatch.setattr(train, "pretrain", lambda config, out, **kw: given.append(kw) or {"epoch": 1})
+    base = ["pretrain", "--dataset", "digits", "--device", "cpu", "--out", str(tmp_path / "run")]
+    assert cli.main([*base, "--checkpoint-every", "5", "--checkpoint-s", "30"]) == 0 and cli.main(base) == 0
+    assert [(k["checkpoint_every"], k["checkpoint_s"]) for k in given] == [(5, 30.0), (None, None)]  # None: pretrain's rule
+    monkeypatch.undo()
+    with pytest.raises(SystemExit) as e: cli.main([*base, "--epochs", "3", "--checkpoint-every", "0"])
+    assert e.value.code == 2 and "checkpoint_every must be an integer in [1, 3] (epochs), got 0" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+# ---------------------------------------------------------------- issue 40 item 5: SIGTERM during set-up; the Slurm script requeues
+
+
+def test_sigterm_during_set_up_exits_143(tmp_path, monkeypatch, capsys):
+    from ctl_explore import cli
+    before = signal.getsignal(signal.SIGTERM)
+    def load(*a):  # SIGTERM while the data load (a download, ImageNet's decoding), before the first epoch
+        os.kill(os.getpid(), signal.SIGTERM); time.sleep(5)
+        pytest.fail("SIGTERM did not stop the set-up")
+    monkeypatch.setattr(train, "_load_data", load)
+    code = cli.main(["pretrain", "--dataset", "digits", "--device", "cpu", "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 143 and err == ["ctl-explore: stopped by SIGTERM before training began (nothing new to save); run the same "
+                                   "command to resume (exit status 143: requeue the job)"]
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+SLURM = Path(__file__).resolve().parents[1] / "scripts" / "slurm-study.sh"
+
+
+@pytest.mark.parametrize("study_exit, requeued", [(143, True), (1, False)])
+def test_the_slurm_script_passes_sigterm_on_and_requeues_on_143(tmp_path, study_exit, requeued):
+    text = SLURM.read_text()
+    assert "#SBATCH --requeue\n" in text and "#SBATCH --signal=B:TERM@120\n" in text
+    assert not any(line.lstrip().startswith("exec ") for line in text.splitlines())  # the shell stays, to requeue
+    bin_ = tmp_path / "bin"; bin_.mkdir()
+    (bin_ / "ctl-explore").write_text(f"#!/usr/bin/env bash\necho \"$*\" > {tmp_path}/args\ntrap 'exit {study_exit}' TERM\n"
+                                      f"touch {tmp_path}/started\nwhile true; do sleep 0.05; done\n")
+    (bin_ / "scontrol").write_text(f"#!/usr/bin/env bash\necho \"$*\" >> {tmp_path}/scontrol\n")
+    for f in bin_.iterdir(): f.chmod(0o755)
+    env = {**ENV, "PATH": f"{bin_}:{os.environ['PATH']}", "SLURM_ARRAY_TASK_ID": "3", "SLURM_JOB_ID": "77"}
+    job = subprocess.Popen(["bash", str(SLURM), "cifar10-paper", str(tmp_path / "s")], env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 20
+    while not (tmp_path / "started").exists() and time.monotonic() < deadline: time.sleep(0.02)
+    job.send_signal(signal.SIGTERM)  # what --signal=B:TERM@120 sends: to the batch shell only
+    _, err = job.communicate(timeout=20)
+    assert job.returncode == study_exit and (tmp_path / "args").read_text().split() == [
+        "study", "--preset", "cifar10-paper", "--out", str(tmp_path / "s"), "--run", "3"]
+    assert ((tmp_path / "scontrol").read_text() if requeued else "") == ("requeue 77\n" if requeued else "")
+    assert (tmp_path / "scontrol").exists() == requeued and ("requeueing job 77" in err) == requeued

@@ -66,6 +66,7 @@ def test_under_torchrun_a_rank_without_a_gpu_is_refused(fake_gpus):
 
 def test_without_cuda_auto_is_the_cpu_and_cuda_is_refused(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(distributed_mod, "unusable_gpu", lambda: None)  # no GPU here, even on a machine that has one
     monkeypatch.setenv("WORLD_SIZE", "2"); monkeypatch.setenv("RANK", "1"); monkeypatch.setenv("LOCAL_RANK", "1")
     assert resolve_device("auto") == torch.device("cpu")
     with pytest.raises(ValueError, match="CUDA is not available"): resolve_device("cuda")
