@@ -206,7 +206,7 @@ def exact_text(value: float) -> str:
     return short if float(short) == value else repr(float(value))
 
 def run_name(config: PretrainConfig) -> str:
-    "A folder name that identifies a run of a study: τ written exactly (`exact_text`), so two runs of different τ never share a folder; τ of six digits or fewer keep the names earlier versions gave them."
+    "A folder name that identifies a run of a study: τ written exactly (`exact_text`), so two runs of different τ never share a folder; τ of six digits or fewer keep their short names, those the shipped studies' folders use."
     if not takes_tau(config.loss): return f"{config.loss}-seed{config.seed}"
     return f"{config.loss}-tau{exact_text(config.tau)}-seed{config.seed}"
 
