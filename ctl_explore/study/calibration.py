@@ -12,7 +12,7 @@ from tqdm.auto import tqdm
 
 from .findings import _judge, findings, judge_study
 from .plan import get_preset
-from .stats import BEST_TAUS, EQUIVALENCE, metric_value, usable, VERDICTS
+from .stats import BEST_TAUS, EQUIVALENCE, metric_value, shift_odds, usable, VERDICTS
 
 # %% auto #0
 __all__ = ['NOISE_SD', 'CALIBRATED', 'resample_seeds', 'verdict_stability', 'dependence', 'agreeing_means', 'made_up_study',
@@ -195,17 +195,17 @@ def edge_tables(rows: list[dict]) -> dict:
     peak, sub = acc[peak_t], MARGINS["suboptimal"].value
     out["accuracy flat at the peak (finding 2)"] = (_moved(means, "contrastive", "linear_top1", {t: peak for t in taus}), 2, 0, VERDICTS[:2])
     out["both ends the margin below the peak (finding 2)"] = (_moved(means, "contrastive", "linear_top1",
-        {t: peak if t == peak_t else peak - sub if t in (taus[0], taus[-1]) else peak - sub / 2 for t in taus}), 2, 0, VERDICTS[1:3])
+        {t: peak if t == peak_t else shift_odds(peak, -sub) if t in (taus[0], taus[-1]) else shift_odds(peak, -sub / 2) for t in taus}), 2, 0, VERDICTS[1:3])
     after = taus[taus.index(peak_t) + 1]
     out[f"τ = {after:g} tied with the peak (finding 2)"] = (_moved(means, "contrastive", "linear_top1", {after: peak}), 2, 0, (VERDICTS[2],))
     large, b = [t for t in taus if t > max(BEST_TAUS)], MARGINS["better"].value
     out["hard loss equal at large τ (finding 3)"] = (_moved(means, "hard_contrastive", "linear_top1", {t: acc[t] for t in large}), 3, 1, (VERDICTS[0],))
     out["hard loss better by the margin at large τ (finding 3)"] = (
-        _moved(means, "hard_contrastive", "linear_top1", {t: min(acc[t] + b, 1.0) for t in large}), 3, 1, VERDICTS[1:3])
+        _moved(means, "hard_contrastive", "linear_top1", {t: shift_odds(acc[t], b) for t in large}), 3, 1, VERDICTS[1:3])
     fw, cp = MARGINS["far_worse"].value, MARGINS["competitive"].value
     best = [t for t in BEST_TAUS if t in taus]
     at = lambda loss, gap: _moved({**means, **{("contrastive", t): dict(means[("contrastive", t)], linear_top1=peak) for t in best}},
-                                  loss, "linear_top1", {None: peak - gap})  # the best τ level, so the gap is the margin at each
+                                  loss, "linear_top1", {None: shift_odds(peak, -gap)})  # the best τ level, so the gap (in log-odds) is the margin at each
     out["Simple exactly the far-worse margin below (finding 4)"] = (at("simple", fw), 4, 0, (VERDICTS[0], VERDICTS[2]))
     out["HardSimple exactly the competitive margin below (finding 4)"] = (at("hard_simple", cp), 4, 1, (VERDICTS[0], VERDICTS[2]))
     return out

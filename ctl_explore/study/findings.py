@@ -85,14 +85,14 @@ def _words(loss: str) -> str:
     spec = LOSSES.get(loss)
     return (spec.short or spec.label or loss) if spec is not None else loss
 
-def _m(name: str) -> str: return f"{MARGINS[name].value:.4g}"
+def _m(name: str) -> str: return str(MARGINS[name])  # its value, and its unit when it has one ('0.515 log-odds')
 
 def rule_text(number: int, m: int, registry: dict | None = None) -> str:
     "Finding `number`'s rule (from `registry`, default `FINDINGS`), for `m` tests (each interval at level 1 − SIGNIFICANCE / m)."
     registry = FINDINGS if registry is None else registry
     if number not in registry: raise ValueError(f"number must be one of the registered findings {tuple(sorted(registry))}, got {number!r}")
     return (f"{registry[number].rule}; {m} test{'s' if m != 1 else ''}, each at p < {SIGNIFICANCE:g}/{m} = {SIGNIFICANCE / max(1, m):.4f} "
-            f"(family-wise {SIGNIFICANCE:g} per finding); accuracies compared image by image where rows record it; a cell needs "
+            f"(family-wise {SIGNIFICANCE:g} per finding); accuracies compared in log-odds, image by image where rows record it; a cell needs "
             f"two usable seeds, else the claim is undecided")
 
 def _evidence(ch: Checked) -> str:
@@ -135,19 +135,20 @@ register_finding(FINDINGS, 1, "Uniformity rises as τ falls; tolerance rises as 
 def _or(taus) -> str: return " or ".join(f"{t:g}" for t in taus)
 
 def _peak_statement(loss: str, metric: str, best_taus: tuple) -> str:
-    return (f"{_words(loss)}: the better of τ = {_or(best_taus)} lies above both the smallest and the largest planned τ by a present "
+    return (f"{_words(loss)}: the better of τ = {_or(best_taus)} lies above both the smallest and the largest planned τ in "
+            f"{'log-odds of accuracy' if metric == 'log_odds' else metric} by a present "
             f"effect (interval above 0; absent, a plateau, when below {_m('suboptimal')}: one end partly, both not reproduced), "
             "and no τ lies wholly above it")
 
 @register_finding(FINDINGS, 2, "Linear accuracy against τ is a reverse U, best when τ is 0.2 or 0.3, small or large τ suboptimal (Sec 5, Fig 9).",
-                  _peak_statement, loss="contrastive", metric="linear_top1", best_taus=BEST_TAUS)
+                  _peak_statement, loss="contrastive", metric="log_odds", best_taus=BEST_TAUS)
 def _judge_peak(study: Checked, loss: str, metric: str, best_taus: tuple) -> Judged:
     "The reverse U (ctl_explore.study.judge.judge_peak)."
     return Judged(*judge_peak(study, loss, metric, best_taus))
 
 def _hard_statement(loss: str, hard: str, best_taus: tuple) -> str:
     return (f"the {_words(hard)}'s range of uniformity over τ lies below the {_words(loss)}'s (margin {_m('uniformity')}); at every planned "
-            f"τ above {max(best_taus):g} the {_words(hard)}'s accuracy lies above the {_words(loss)}'s at that τ (present above 0, absent "
+            f"τ above {max(best_taus):g} the {_words(hard)}'s accuracy lies above the {_words(loss)}'s at that τ in log-odds (present above 0, absent "
             f"below {_m('better')})")
 
 @register_finding(FINDINGS, 3, "With the hard loss, uniformity is relatively stable across τ, and at τ large enough the hard loss does better "
@@ -157,8 +158,8 @@ def _judge_hard(study: Checked, loss: str, hard: str, best_taus: tuple) -> Judge
     return Judged(*judge_hard(study, loss, hard, best_taus), conjunction=True)
 
 def _simple_statement(loss: str, simple: str, hard_simple: str, best_taus: tuple) -> str:
-    return (f"at τ = {_or(best_taus)}: the {_words(loss)} − {_words(simple)} lies above {_m('far_worse')} (far worse: [WL21] Table 1's "
-            f"smallest gap; below it, not far worse), and the {_words(loss)} − {_words(hard_simple)} lies below {_m('competitive')} "
+    return (f"at τ = {_or(best_taus)}, in log-odds of accuracy: the {_words(loss)} − {_words(simple)} lies above {_m('far_worse')} (far worse: "
+            f"[WL21]'s smallest Simple gap; below it, not far worse), and the {_words(loss)} − {_words(hard_simple)} lies below {_m('competitive')} "
             f"(competitive; above it, not); an interval holding its margin decides nothing")
 
 @register_finding(FINDINGS, 4, "The Simple loss is far worse than Eq 1; HardSimple is competitive with it (Table 1).", _simple_statement,

@@ -14,17 +14,37 @@ import numpy as np
 
 
 # %% auto #0
-__all__ = ['SIGNIFICANCE', 'BEST_TAUS', 'EQUIVALENCE', 'VERDICTS', 'DIRECTION_VERDICTS', 'usable', 'metric_value', 'summarize',
-           'curve', 'Trend', 'trend', 'noise_margin', 'Difference', 'accuracy_gap', 'pooled_variance', 'difference',
-           'direction_verdict', 'combine_verdicts']
+__all__ = ['SIGNIFICANCE', 'BEST_TAUS', 'EQUIVALENCE', 'VERDICTS', 'DIRECTION_VERDICTS', 'usable', 'log_odds', 'odds_slope',
+           'shift_odds', 'metric_value', 'summarize', 'curve', 'Trend', 'trend', 'noise_margin', 'Difference',
+           'accuracy_gap', 'pooled_variance', 'difference', 'direction_verdict', 'combine_verdicts']
 
 # %% ../../nbs/23_study_stats.ipynb #7fa327e2
 def usable(rows: list[dict]) -> list[dict]:
     "The rows that count as evidence: not failed, converged and not collapsed."
     return [r for r in rows if not r.get("failed") and r.get("converged") and not r.get("collapsed")]
 
+def log_odds(p: float, n: int) -> float:
+    """The log-odds of an accuracy `p` on `n` test images: log((k + ½) / (n − k + ½)) with k = p·n right answers (the empirical
+    logit: half an answer added to both counts keeps it finite at 0 and at 100 %)."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1: raise ValueError(f"n must be a number of test images >= 1, got {n!r}")
+    if not 0 <= p <= 1: raise ValueError(f"p must be an accuracy between 0 and 1, got {p!r}")
+    k = p * n
+    return math.log((k + 0.5) / (n - k + 0.5))
+
+def odds_slope(p: float, n: int) -> float:
+    "The slope of `log_odds` at accuracy `p` on `n` images, d log-odds / dp (≈ 1 / (p(1 − p)) on a large test set)."
+    k = p * n
+    return n / (k + 0.5) + n / (n - k + 0.5)
+
+def shift_odds(p: float, d: float) -> float:
+    "The accuracy whose log-odds is `p`'s plus `d` (`p` strictly between 0 and 1): how a gap in log-odds looks in points at `p`."
+    if not 0 < p < 1: raise ValueError(f"p must be an accuracy strictly between 0 and 1, got {p!r}")
+    return 1 / (1 + math.exp(-(math.log(p / (1 - p)) + d)))
+
 def metric_value(row: dict, metric: str) -> float:
-    "A row's value of `metric`: one of its keys, or the derived 'top10_mean' and 'gap' (positive minus top-10 mean)."
+    """A row's value of `metric`: one of its keys, or the derived 'top10_mean', 'gap' (positive minus top-10 mean) and
+    'log_odds' (its linear accuracy's log-odds on its `n_test` images)."""
+    if metric == "log_odds": return log_odds(row["linear_top1"], row["n_test"])
     if metric == "top10_mean": return statistics.fmean(row["top10_negatives"])
     if metric == "gap": return row["pos_similarity"] - statistics.fmean(row["top10_negatives"])
     return row[metric]
@@ -151,25 +171,36 @@ def pooled_variance(rows: list[dict], metric: str, loss: str) -> tuple[float, in
     return (sum(d * v for d, v in parts) / df if df else math.nan), df
 
 def difference(rows: list[dict], metric: str, a: tuple, b: tuple) -> Difference:
-    """Mean of `metric` in cell `b` = (loss, τ) minus in cell `a`, over the usable `rows`. Its error has each cell's own seed
+    """Mean of `metric` in cell `b` = (loss, τ) minus in cell `a`, over the usable `rows` ('log_odds': the log-odds of b's mean
+    accuracy minus a's, every part of its error scaled by `odds_slope`). Its error has each cell's own seed
     spread (Welch: a cell's variance is never borrowed from another, so one outlying seed widens only its own cell's
     intervals) and, for linear accuracy, the test images' sampling: paired image by image when every row records its
     per-image correctness (`probe_correct`), else each cell's binomial error on its `n_test` images."""
     ra, rb = _cell_rows(rows, a), _cell_rows(rows, b)
     if not ra or not rb: raise ValueError(f"no usable rows in cell {a if not ra else b}")
-    va, vb = [metric_value(r, metric) for r in ra], [metric_value(r, metric) for r in rb]
+    odds = metric == "log_odds"  # accuracy, compared in log-odds: each part of its variance scaled by the slope (the delta method)
+    measured = "linear_top1" if odds else metric
+    va, vb = [metric_value(r, measured) for r in ra], [metric_value(r, measured) for r in rb]
     ma, mb = statistics.fmean(va), statistics.fmean(vb)
+    if odds:
+        sizes = {r.get("n_test") for r in ra + rb}
+        if len(sizes) != 1 or not all(isinstance(s, (int, np.integer)) and s >= 1 for s in sizes):
+            raise ValueError(f"cells {a} and {b}: accuracies compared in log-odds need one test-set size (n_test) in every row, got {sorted(map(repr, sizes))}")
+        n = sizes.pop()
+        (ga, gb), (ma, mb), (pa, pb) = (odds_slope(ma, n), odds_slope(mb, n)), (log_odds(ma, n), log_odds(mb, n)), (ma, mb)
+    else: ga = gb = 1.0
     if len(va) < 2 or len(vb) < 2: return Difference(ma, mb, math.inf, 1.0)
-    parts = [(_variance(v) / len(v), len(v) - 1) for v in (va, vb)]  # (variance of the cell's mean, its degrees of freedom)
+    parts = [(g * g * _variance(v) / len(v), len(v) - 1) for g, v in ((ga, va), (gb, vb))]  # (variance of the cell's mean, its degrees of freedom)
     image_var, paired = 0.0, False
-    if metric == "linear_top1":
+    if measured == "linear_top1":
         strings = [r.get("probe_correct") for r in ra + rb]
         if all(isinstance(s, str) and s and len(s) == len(strings[0]) for s in strings):
             per_image = lambda rs: np.mean([np.frombuffer(r["probe_correct"].encode(), np.uint8) - 48 for r in rs], axis=0)
-            d = per_image(rb) - per_image(ra)
+            d = gb * per_image(rb) - ga * per_image(ra)
             image_var, paired = float(np.var(d, ddof=1)) / len(d), True
         elif all(r.get("n_test") for r in ra + rb):
-            image_var = ma * (1 - ma) / ra[0]["n_test"] + mb * (1 - mb) / rb[0]["n_test"]
+            p_a, p_b = (pa, pb) if odds else (ma, mb)
+            image_var = ga * ga * p_a * (1 - p_a) / ra[0]["n_test"] + gb * gb * p_b * (1 - p_b) / rb[0]["n_test"]
         else: raise ValueError(f"cells {a} and {b}: a row records neither its per-image correctness nor its number of test images")
     var = sum(v for v, _ in parts) + image_var
     denominator = sum(v**2 / df for v, df in parts)
