@@ -287,8 +287,12 @@ def test_explorer_in_browser(lab, browser):
         assert after["y"] == pytest.approx(_expected_curve(after["x"], after["tau"]), rel=1e-9, abs=1e-15)
         assert after["y"] != pytest.approx(before["y"], rel=1e-6)
         assert after["d"] != before["d"], "the SVG path of the r_i curve was not redrawn"
-        readout = explorer.locator(".widget-html-content").first.inner_text()
-        assert f"τ = {after['tau']:.3g}" in readout
+        # the readout under the sliders comes back from the kernel, after the curve the browser redrew: wait for it
+        readout, deadline = "", time.monotonic() + 15
+        while f"τ = {after['tau']:.3g}" not in readout and time.monotonic() < deadline:
+            readout = explorer.locator(".widget-html-content").first.inner_text()
+            time.sleep(0.05)
+        assert f"τ = {after['tau']:.3g}" in readout, f"the readout did not reach τ = {after['tau']:.3g} within 15 s: {readout[:80]!r}"
 
         # --- latency: key press to redrawn curve, over LATENCY_PRESSES presses; each press is one redraw of the four
         # figures, made in the browser (the figures' widget, linked to the sliders there), of the traces τ moves ---
