@@ -613,10 +613,10 @@ def test_each_finding_is_declared_once_with_its_rule_generated_from_its_paramete
     assert list(FINDINGS) == list(CLAIMS) == list(RULES) == [1, 2, 3, 4, 5, 6]
     for n, spec in FINDINGS.items():
         assert CLAIMS[n] == spec.claim and RULES[n] == spec.rule and rule_text(n, 4).startswith(spec.rule + "; 4 tests")
-    assert "τ = 0.2 or 0.3" in RULES[2] and "above 0.0844" in RULES[4] and "below 0.01" in RULES[4] and BEST_TAUS == (0.2, 0.3)
+    assert "τ = 0.2 or 0.3" in RULES[2] and "above 0.515 log-odds" in RULES[4] and "below 0.0701 log-odds" in RULES[4] and BEST_TAUS == (0.2, 0.3)
     # the statement follows the parameters: another margin or other best τ, another text
     spec = FINDINGS[4]
-    assert "at τ = 0.1 or 0.5:" in spec.statement(**{**spec.params, "best_taus": (0.1, 0.5)})
+    assert "at τ = 0.1 or 0.5," in spec.statement(**{**spec.params, "best_taus": (0.1, 0.5)})
     with pytest.raises(ValueError, match="registered findings"):
         rule_text(7, 1)
 

@@ -21,7 +21,7 @@ __all__ = ['MIN_SEEDS', 'MEASURED', 'READ', 'DUPLICATE_TOLERANCE', 'DUPLICATE_IM
            'MARGINS', 'ACCURACY', 'KINDS', 'JudgeError', 'recheck_flags', 'Checked', 'check_rows', 'Margin',
            'paper_gaps', 'level_of', 'classify', 'power_at', 'Test', 'make_test', 'seeds_for_power', 'images_for_power',
            'Part', 'trend_tests', 'trend_part', 'tests_part', 'judge_trends', 'judge_peak', 'judge_hard',
-           'judge_simple', 'combine', 'finding_images', 'finding_power', 'permutation_null', 'primer_figure']
+           'judge_simple', 'combine', 'finding_images', 'finding_power']
 
 # %% ../../nbs/28_study_judge.ipynb #12499ab7
 MIN_SEEDS = 2  # a cell needs this many usable seeds for any verdict but "undecided": one seed has no spread to judge by
@@ -478,43 +478,3 @@ def finding_power(parts: list[Part], m: int, seeds_now: int, target: float = 0.8
     if not tests or any(not p.tests for p in parts): return 0.0, None
     needs = [seeds_for_power(t, m, seeds_now, target) for t in tests]
     return min(p.power for p in parts), (None if None in needs else max(needs))
-
-# %% ../../nbs/28_study_judge.ipynb #691687cf
-def permutation_null(x, y, permutations: int = 2000, seed: int = 0) -> tuple[float, np.ndarray]:
-    "Spearman's ρ of `x` and `y`, and ρ after each of `permutations` random shuffles of `y` (what ρ looks like when the two are unrelated)."
-    import scipy.stats  # here, not at the top: importing scipy.stats costs ~2 CPU-s, which every ctl-explore command would pay
-    rx, ry = scipy.stats.rankdata(x), scipy.stats.rankdata(y)
-    rng = np.random.default_rng(seed)
-    return float(np.corrcoef(rx, ry)[0, 1]), np.array([np.corrcoef(rx, rng.permutation(ry))[0, 1] for _ in range(permutations)])
-
-def primer_figure(rows: list[dict], metric: str = "neighbour_purity", permutations: int = 2000):
-    """Three panels: a permutation test of `metric` against τ over the usable ordinary runs; the chance of a false alarm among
-    m tests at 5% each and at 5%/m each; four intervals against 0 and a margin, one per outcome. Returns the figure and the
-    numbers it shows (`m`: finding 1's tests, two trends over every stretch of the usable runs' τ)."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-    runs = [r for r in check_rows(rows).rows if r["loss"] == "contrastive" and r["tau"] is not None]
-    rho, null = permutation_null([r["tau"] for r in runs], [metric_value(r, metric) for r in runs], permutations)
-    p = (1 + int((np.abs(null) >= abs(rho) - 1e-12).sum())) / (1 + permutations)
-    margin, m_f1 = MARGINS["share"].value, 2 * trend_tests(len({r["tau"] for r in runs}))
-    f = make_subplots(rows=1, cols=3, horizontal_spacing=0.09, subplot_titles=(
-        f"permutation test: {metric.replace('_', ' ')} against τ", "family-wise level", f"margin δ = {margin:g}: four intervals"))
-    f.add_histogram(x=null, nbinsx=40, marker_color="#9ecae1", name="ρ with τ shuffled", row=1, col=1)
-    f.add_vline(x=rho, line=dict(color="crimson", width=3), row=1, col=1)
-    f.add_annotation(x=rho, y=0.9, yref="y domain", text=f"measured ρ = {rho:+.2f}<br>p = {p:.2g}", showarrow=False, xanchor="right", row=1, col=1)
-    m = np.arange(1, max(31, m_f1 + 1))
-    f.add_scatter(x=m, y=1 - 0.95 ** m, name="each test at 5%", line=dict(color="crimson"), row=1, col=2)
-    f.add_scatter(x=m, y=1 - (1 - 0.05 / m) ** m, name="each at 5%/m (Bonferroni)", line=dict(color="seagreen"), row=1, col=2)
-    f.add_hline(y=0.05, line=dict(dash="dot", color="grey"), row=1, col=2)
-    sketch = [("present", 2.5, 0.5), ("absent", 0.2, 0.3), ("undecided", 0.6, 0.7), ("reversed", -1.2, 0.4)]  # in units of δ
-    for i, (name, v, h) in enumerate(sketch):
-        f.add_scatter(x=[(v - h) * margin, (v + h) * margin], y=[i, i], mode="lines", line=dict(width=6, color="#4c72b0"), showlegend=False, row=1, col=3)
-        f.add_scatter(x=[v * margin], y=[i], mode="markers+text", text=[name], textposition="top center", marker=dict(size=9, color="#4c72b0"),
-                      showlegend=False, row=1, col=3)
-    for x, dash in ((0, "solid"), (margin, "dash")): f.add_vline(x=x, line=dict(color="grey", dash=dash), row=1, col=3)
-    f.update_yaxes(showticklabels=False, row=1, col=3); f.update_yaxes(title="P(at least one false alarm)", row=1, col=2)
-    f.update_xaxes(title="Spearman's ρ", row=1, col=1); f.update_xaxes(title="m tests, no effect anywhere", row=1, col=2)
-    f.update_xaxes(title="effect in the paper's direction (0 solid, δ dashed)", row=1, col=3)
-    f.update_layout(height=380, legend=dict(orientation="h", y=-0.3), title="Three ideas behind the verdicts (the intervals on the right are a sketch)")
-    return f, dict(rho=rho, p=p, runs=len(runs), permutations=permutations, m=m_f1, false_alarm_at_5=1 - 0.95 ** m_f1,
-                   false_alarm_bonferroni=1 - (1 - 0.05 / m_f1) ** m_f1)

@@ -19,17 +19,17 @@ from ..losses import loss_names, loss_spec
 from ..run_folders import write_atomic
 from ..train import PretrainConfig
 from .calibration import dependence, verdict_stability
-from .findings import _judge, Finding, findings, judge_study, Part
-from .judge import planned_cells
+from .findings import _judge, Finding, FINDINGS, findings, judge_study, Part
+from .judge import check_rows, level_of, MARGINS, planned_cells, power_at
 from .measure import CRITERIA, first_drop
 from .plan import check_preset, StudyPreset
 from .rows import (_integer, _number, _probe_text, _replaceable, FAILED_KEYS, FIELD_RULES,
                                     REPORT_GENERATOR, row_problems)
-from .stats import curve, SIGNIFICANCE, summarize, usable, VERDICTS
+from .stats import _t, curve, difference, SIGNIFICANCE, summarize, usable, VERDICTS
 
 # %% auto #0
-__all__ = ['FIGURE_OF', 'HISTORY', 'REPORT_TEMPLATE', 'study_figures', 'trajectory_figure', 'table1', 'report_sections',
-           'write_report']
+__all__ = ['FIGURE_OF', 'HISTORY', 'REPORT_TEMPLATE', 'study_figures', 'trajectory_figure', 'table1', 'primer_figure',
+           'report_sections', 'write_report']
 
 # %% ../../nbs/26_study_report.ipynb #94df778c
 def _style(loss: str) -> tuple[str, str]:
@@ -47,7 +47,8 @@ def _losses(names) -> list[str]:
 
 FIGURE_OF = {"uniformity": ("uniformity_tolerance", 1, 1), "tolerance": ("uniformity_tolerance", 1, 2),
              "pos_similarity": ("similarity_profile", 1, 1), "gap": ("similarity_profile", 1, 2),
-             "neighbour_purity": ("neighbour_purity", None, None), "linear_top1": ("accuracy", None, None)}
+             "neighbour_purity": ("neighbour_purity", None, None), "linear_top1": ("accuracy", None, None),
+             "log_odds": ("accuracy", None, None)}  # accuracy judged in log-odds (appendix 28), drawn in accuracy
 
 def _lengths(rows: list[dict]) -> dict:
     "{(loss, τ): sorted epochs of its seeds} for the cells whose seeds trained for different lengths."
@@ -75,7 +76,7 @@ def _mark_reversals(figs: dict, rows: list[dict], parts: list[Part]) -> None:
     for part in parts:
         for metric, loss, a, b in part.marks:
             name, row, col = FIGURE_OF[metric]
-            s = summarize([r for r in rows if r["loss"] == loss], metric)
+            s = summarize([r for r in rows if r["loss"] == loss], "linear_top1" if metric == "log_odds" else metric)
             ys = [s[(loss, a)][0], s[(loss, b)][0]]
             figs[name].add_trace(go.Scatter(x=[a, b], y=ys, mode="lines", line=dict(color="orange", width=9), opacity=0.45,
                                             name=f"against the paper: {part.claim}", showlegend=False,
@@ -165,6 +166,64 @@ def table1(rows: list[dict]) -> list[dict]:
         t = max(cells, key=lambda k: cells[k][0])
         out.append(dict(loss=loss, tau=t, mean=cells[t][0], std=cells[t][1], seeds=cells[t][2]))
     return out
+
+# %% ../../nbs/26_study_report.ipynb #1bff1880
+def _half_width(d, level: float, seeds_now: int, n: int) -> float:
+    "The half-width of `d`'s interval at `level` had each cell `n` seeds: the seeds' part of its variance shrinks as 1/n, the images' part stays."
+    seed_var = max(d.se**2 - d.image_var, 0.0)
+    df = d.df * (n - 1) / (seeds_now - 1) if math.isfinite(d.df) else d.df
+    return _t(level, df) * math.sqrt(seed_var * seeds_now / n + d.image_var)
+
+def primer_figure(rows: list[dict], plan=None) -> tuple[go.Figure, dict]:
+    """Three panels from the usable `rows` (judged against `plan`, see `judge_study`): the interval of two real differences as the
+    seeds per cell grow, alone and at their finding's Bonferroni level (neighbour purity from the smallest to the largest τ,
+    finding 6; accuracy in log-odds, the peak against the smallest τ, finding 2, whose test images set a floor); four intervals
+    against 0 and a margin; the power of the purity difference at its margin. Returns the figure and the numbers it shows."""
+    ch = check_rows(rows, plan)
+    taus, now = ch.taus(), ch.typical_seeds
+    lo, hi, peak = taus[0], taus[-1], max((t for t in (0.2, 0.3) if t in taus), key=lambda t: statistics.fmean(
+        r["linear_top1"] for r in ch.rows if (r["loss"], r["tau"]) == ("contrastive", t)))
+    tests = {n: FINDINGS[n].judge(ch, **FINDINGS[n].params).tests for n in (2, 6)}
+    cases = [("neighbour purity, τ %g → %g" % (lo, hi), difference(ch.rows, "neighbour_purity", ("contrastive", lo), ("contrastive", hi)),
+              MARGINS["share"].value, tests[6], "#4c72b0"),
+             ("accuracy in log-odds, τ %g → %g" % (lo, peak), difference(ch.rows, "log_odds", ("contrastive", lo), ("contrastive", peak)),
+              MARGINS["suboptimal"].value, tests[2], "#dd8452")]
+    f = make_subplots(rows=1, cols=3, horizontal_spacing=0.08, subplot_titles=(
+        "an interval: seeds narrow it, tests widen it", "two one-sided tests against δ", "power: the chance of landing above 0"))
+    seeds, shown = list(range(2, 31)), {}
+    for name, d, margin, m, colour in cases:
+        for level, dash, label in ((0.95, "dot", "one test at 95 %"), (level_of(m), "solid", f"{m} tests, each at 5 %/{m}")):
+            w = [_half_width(d, level, now, n) / margin for n in seeds]
+            f.add_scatter(x=seeds, y=w, name=f"{name}: {label}", line=dict(color=colour, dash=dash), row=1, col=1)
+            shown[(name, label)] = dict(zip(seeds, w))
+        if d.image_var > 0:
+            floor = _t(level_of(m), math.inf) * math.sqrt(d.image_var) / margin
+            f.add_hline(y=floor, line=dict(color=colour, dash="dash", width=1), row=1, col=1)
+            shown[(name, "floor")] = floor
+    f.add_vline(x=now, line=dict(color="grey", dash="dot"), row=1, col=1)
+    f.update_yaxes(type="log", title="half-width / margin δ", row=1, col=1)
+    f.update_xaxes(title="seeds per cell (dotted: this study's)", row=1, col=1)
+    sketch = [("present", 2.5, 0.5), ("absent", 0.2, 0.3), ("undecided", 0.6, 0.7), ("reversed", -1.2, 0.4)]  # in units of δ
+    for k, (name, v, h) in enumerate(sketch):
+        f.add_scatter(x=[v - h, v + h], y=[k, k], mode="lines", line=dict(width=6, color="#4c72b0"), showlegend=False, row=1, col=2)
+        f.add_scatter(x=[v], y=[k], mode="markers+text", text=[name], textposition="top center", marker=dict(size=9, color="#4c72b0"),
+                      showlegend=False, row=1, col=2)
+    for x, dash in ((0, "solid"), (1, "dash")): f.add_vline(x=x, line=dict(color="grey", dash=dash), row=1, col=2)
+    f.update_yaxes(showticklabels=False, row=1, col=2); f.update_xaxes(title="effect in units of δ (0 solid, δ dashed)", row=1, col=2)
+    name, d, margin, m, _ = cases[0]
+    crit = _t(level_of(m), d.df) * d.se
+    x = [margin + d.se * (k / 25 - 4) for k in range(201)]
+    density = [math.exp(-0.5 * ((v - margin) / d.se) ** 2) for v in x]
+    f.add_scatter(x=x, y=density, name="estimates if the effect were δ", line=dict(color="#4c72b0"), showlegend=False, row=1, col=3)
+    f.add_scatter(x=[v for v in x if v > crit], y=[y for v, y in zip(x, density) if v > crit], fill="tozeroy", mode="none",
+                  fillcolor="rgba(76,114,176,0.35)", showlegend=False, row=1, col=3)
+    power = power_at(d, level_of(m), margin)
+    for v, dash in ((0, "solid"), (margin, "dash"), (crit, "dot")): f.add_vline(x=v, line=dict(color="grey", dash=dash), row=1, col=3)
+    f.add_annotation(x=crit, y=1.05, yref="y3 domain", text=f"power {power:.0%}", showarrow=False, xanchor="left", row=1, col=3)
+    f.update_xaxes(title=f"{name}: estimate (δ dashed; dotted: the interval clears 0)", row=1, col=3)
+    f.update_yaxes(showticklabels=False, row=1, col=3)
+    f.update_layout(height=420, legend=dict(orientation="h", y=-0.35), title="Four ideas behind the verdicts (the middle panel is a sketch)")
+    return f, dict(seeds_now=now, tests=tests, half_widths=shown, power=power, se=d.se, critical=crit, margin=margin)
 
 # %% ../../nbs/26_study_report.ipynb #e5f6a7b8
 HISTORY = [  # the protocol's history; lesson 09 recomputes every number here from the shipped files and asserts it
