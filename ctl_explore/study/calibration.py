@@ -16,7 +16,8 @@ from .stats import BEST_TAUS, EQUIVALENCE, metric_value, shift_odds, usable, VER
 
 # %% auto #0
 __all__ = ['NOISE_SD', 'CALIBRATED', 'resample_seeds', 'verdict_stability', 'dependence', 'agreeing_means', 'made_up_study',
-           'cell_spreads', 'drawn_study', 'edge_tables', 'calibrate']
+           'cell_spreads', 'drawn_study', 'edge_tables', 'calibrate', 'drawn_from_pilot', 'drawn_decisions',
+           'seeds_to_decide']
 
 # %% ../../nbs/25_study_calibration.ipynb #a1b2c3d4
 def resample_seeds(rows: list[dict], rng: np.random.Generator) -> list[dict]:
@@ -231,3 +232,65 @@ def calibrate(rows: list[dict], n_tables: int = 200, seeds: int = 3, n_test: int
     return dict(false_alarms=false, verdicts={n: {v: c / n_tables for v, c in vs.items()} for n, vs in counts.items()},
                 decided={n: 1 - vs[VERDICTS[3]] / n_tables for n, vs in counts.items()}, n_tables=n_tables, seeds=seeds, n_test=n_test)
 
+
+# %% ../../nbs/25_study_calibration.ipynb #75cedbd1
+def drawn_from_pilot(rows: list[dict], seeds: int = 3, n_test: int | None = None, seed: int = 0, plan=None) -> list[dict]:
+    """A study drawn from the pilot `rows` (usable runs with per-image records): `seeds` seeds per cell, `n_test` test images drawn
+    with replacement from the pilot's (default: as many as it had), shared by every cell; see the section above for the model."""
+    from ctl_explore.study.judge import check_rows
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 2: raise ValueError(f"seeds must be an integer >= 2, got {seeds!r}")
+    ch, sp = check_rows(rows, plan), cell_spreads(rows)
+    records = {}
+    for r in ch.rows:
+        if not isinstance(r.get("probe_correct"), str): raise ValueError(f"run {r.get('run')!r} has no per-image record (probe_correct): a pilot needs them")
+        records.setdefault((r["loss"], r["tau"]), []).append(np.frombuffer(r["probe_correct"].encode(), np.uint8) - 48)
+    n_pilot = len(next(iter(records.values()))[0])
+    n_test = n_pilot if n_test is None else n_test
+    if isinstance(n_test, bool) or not isinstance(n_test, int) or n_test < 10: raise ValueError(f"n_test must be an integer >= 10, got {n_test!r}")
+    rng = np.random.default_rng(seed)
+    images = rng.integers(n_pilot, size=n_test)
+    scale = math.sqrt(1 / 3)  # Student t with 3 degrees of freedom has variance 3
+    out = []
+    for cell, recs in sorted(records.items(), key=lambda kv: (kv[0][0], -1.0 if kv[0][1] is None else kv[0][1])):
+        if cell not in sp: continue
+        x = np.stack(recs).astype(float)
+        p = x.mean()
+        q = (x.sum(0) + p) / (len(x) + 1)                       # each image's rate, one pseudo-seed at the cell's mean
+        beyond = max(sp[cell]["linear_top1"][1] ** 2 - float(np.mean(q * (1 - q))) / n_pilot, 0.0)  # seed variance beyond the images'
+        for s in range(seeds):
+            shift = math.sqrt(beyond) * scale * float(rng.standard_t(3))
+            correct = rng.random(n_test) < np.clip(q[images] + shift, 0, 1)
+            v = {m: sp[cell][m][0] + sp[cell][m][1] * scale * float(rng.standard_t(3)) for m in CALIBRATED if m != "linear_top1"}
+            loss, tau = cell
+            out.append(dict(run=f"{loss}-seed{s}" if tau is None else f"{loss}-tau{tau:g}-seed{s}", loss=loss, tau=tau, seed=s,
+                            converged=True, collapsed=False, n_test=n_test, uniformity=v["uniformity"], tolerance=v["tolerance"],
+                            pos_similarity=v["pos_similarity"], top10_negatives=[v["top10_mean"]] * 10,
+                            neighbour_purity=v["neighbour_purity"], linear_top1=float(correct.mean()),
+                            probe_correct="".join("1" if c else "0" for c in correct)))
+    return out
+
+def drawn_decisions(rows: list[dict], plan=None, seeds: int = 3, n_tables: int = 100, n_test: int | None = None, seed: int = 0) -> dict:
+    """Over `n_tables` studies drawn from the pilot `rows` (`drawn_from_pilot`, `seeds` per cell, `n_test` images), each finding's
+    share of studies decided, of studies giving the pilot's own verdict, and each verdict's share: {'decided', 'same', 'verdicts'}."""
+    if isinstance(n_tables, bool) or not isinstance(n_tables, int) or n_tables < 1: raise ValueError(f"n_tables must be an integer >= 1, got {n_tables!r}")
+    own = {f.number: f.verdict for f in judge_study(rows, plan, with_power=False).findings}
+    counts = {n: dict.fromkeys(VERDICTS, 0) for n in own}
+    cells = {c: s for c, s in judge_study(rows, plan, with_power=False).checked.planned.items()}
+    for k in tqdm(range(n_tables), desc=f"studies drawn at {seeds} seeds", leave=False):
+        drawn = drawn_from_pilot(rows, seeds, n_test, seed + k, plan)
+        for f in judge_study(drawn, {c: seeds for c in cells}, with_power=False).findings: counts[f.number][f.verdict] += 1
+    return dict(decided={n: 1 - c[VERDICTS[3]] / n_tables for n, c in counts.items()},
+                same={n: counts[n][own[n]] / n_tables for n in own},
+                verdicts={n: {v: c / n_tables for v, c in cs.items()} for n, cs in counts.items()},
+                seeds=seeds, n_tables=n_tables, n_test=n_test)
+
+def seeds_to_decide(rows: list[dict], plan=None, candidates: tuple = (3, 5, 10, 20), target: float = 0.8, n_tables: int = 100,
+                    n_test: int | None = None, seed: int = 0) -> dict:
+    """For each finding, the smallest of `candidates` (seeds per cell) at which at least `target` of the studies drawn from the
+    pilot decide it (None: none of them does, not decidable at this test-set size), and the decided shares behind it."""
+    shares, need = {}, {}
+    for s in candidates:
+        shares[s] = drawn_decisions(rows, plan, s, n_tables, n_test, seed)["decided"]
+        for n, share in shares[s].items():
+            if share >= target and need.get(n) is None: need[n] = s
+    return dict(seeds={n: need.get(n) for n in shares[candidates[0]]}, decided=shares, target=target)

@@ -18,7 +18,7 @@ from ..html import render
 from ..losses import loss_names, loss_spec
 from ..run_folders import write_atomic
 from ..train import PretrainConfig
-from .calibration import dependence, verdict_stability
+from .calibration import dependence, drawn_decisions, verdict_stability
 from .findings import _judge, Finding, FINDINGS, findings, judge_study, Part
 from .judge import check_rows, level_of, MARGINS, planned_cells, power_at
 from .measure import CRITERIA, first_drop
@@ -307,6 +307,17 @@ def report_sections(rows: list[dict], resamples: int = 200, plan=None, stability
     stability = ("Each verdict was recomputed on " f"{resamples}" " resamplings of the seeds (in every cell, its seeds drawn again with "
                  "replacement, at least two distinct). Share of resamplings that give the same verdict: "
                  + "; ".join(f"finding {f.number} ({f.verdict}) {stab.get(f.number, math.nan):.0%}" for f in found) + ".") if stab else "No usable runs."
+    seeds = judged.checked.typical_seeds
+    if stab and seeds >= 2 and all(isinstance(r.get("probe_correct"), str) for r in ok):
+        n_drawn = max(10, resamples // 4)
+        same = drawn_decisions(rows, judged.checked.planned, seeds, n_drawn)["same"]
+        loose = [f.number for f in found if f.verdict != VERDICTS[3] and min(stab.get(f.number, 0.0), same[f.number]) < 0.8]
+        stability += (f" Resampling can only reshuffle the seeds already seen; {n_drawn} studies drawn image by image at this study's "
+                      f"own effects, {seeds} seeds a cell (appendix 25), give the same verdict in: "
+                      + "; ".join(f"finding {f.number} {same[f.number]:.0%}" for f in found) + "."
+                      + (f" {'Findings' if len(loose) > 1 else 'Finding'} {' and '.join([', '.join(map(str, loose[:-1])), str(loose[-1])] if len(loose) > 1 else map(str, loose))} "
+                         f"{'come' if len(loose) > 1 else 'comes'} out decided but under 80 % in one of the two: at {seeds} seeds a cell "
+                         f"{'they are' if len(loose) > 1 else 'it is'} not firmly decided." if loose else ""))
     dep, dep_t = dependence(rows), dependence(rows, "neighbour_purity", "tolerance")
     beyond = max(abs(dep["within"]), abs(dep_t["within"]))
     depend = (f"Finding 6 (neighbour purity rising with τ) is not independent evidence. Across the {dep['runs']} usable ordinary runs, "
