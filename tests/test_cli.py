@@ -87,7 +87,10 @@ def test_workers_lowered_and_failing_in_workers_are_said(capsys, tmp_path):
 def test_an_invalid_result_json_gets_a_sentence_not_a_traceback(capsys, tmp_path):
     out = tmp_path / "s"
     assert main(["study", "--preset", "tiny", "--out", str(out), "--quiet", "--workers", "1"]) == 0
-    capsys.readouterr()
+    ended = capsys.readouterr().out  # the study ends with its verdicts, one line a finding, after where its files are
+    table = ended.split("[WL21]'s findings at this scale:\n")[1].splitlines()
+    assert "runs; results in" in ended and [line.split(".")[0] for line in table] == ["1", "2", "3", "4", "5", "6"]
+    assert all(any(v in line for v in ("reproduced", "undecided at this scale")) for line in table)
     path = out / "runs" / "contrastive-tau0.2-seed0" / "result.json"
     row = json.loads(path.read_text())
     edited = {**row, "linear_top1": "high"}

@@ -17,8 +17,8 @@ from .judge import (MARGINS, Checked, Part, check_rows, combine, finding_images,
 from .stats import BEST_TAUS, SIGNIFICANCE, VERDICTS, curve, summarize
 
 # %% auto #0
-__all__ = ['FINDINGS', 'CLAIMS', 'RULES', 'Finding', 'Judged', 'FindingRule', 'register_finding', 'rule_text', 'TrendClaim',
-           'Judgement', 'judge_study', 'findings']
+__all__ = ['FINDINGS', 'CLAIMS', 'RULES', 'TITLES', 'Finding', 'Judged', 'FindingRule', 'register_finding', 'rule_text',
+           'TrendClaim', 'Judgement', 'judge_study', 'findings', 'decision_text', 'verdict_table']
 
 # %% ../../nbs/24_study_findings.ipynb #0c5e5dcb
 @dataclass
@@ -218,3 +218,19 @@ def findings(rows: list[dict], permutations: int | None = None, plan=None) -> li
     seeds it needs, and the runs it rests on; `plan`: the study's preset, its name or {(loss, τ): seeds} (None: the plan the
     rows name; see `judge_study`)."""
     return judge_study(rows, plan).findings
+
+# %% ../../nbs/24_study_findings.ipynb #2481f2c0
+TITLES = {1: "uniformity and tolerance against τ", 2: "accuracy a reverse U, best at 0.2–0.3", 3: "the hard loss at large τ",
+          4: "Simple far worse, HardSimple competitive", 5: "positive against top-10 similarities", 6: "local clustering with τ"}
+
+def decision_text(f: Finding) -> str:
+    "How firmly the study could decide finding `f`, in words: not decidable at this test-set size (with the images 80% power needs), or its power."
+    if f.images_needed: return f"not decidable at this test-set size (80% power needs about {f.images_needed:,} test images)"
+    return f"power {f.power:.0%} at its margin" + ("" if f.seeds_needed is None or f.power >= 0.8 else f"; 80% needs {f.seeds_needed} seeds a cell")
+
+def verdict_table(found: list[Finding]) -> str:
+    "The verdicts as a short plain-text table, one line a finding: its number and title, its verdict, `decision_text`."
+    title = lambda f: TITLES.get(f.number, f.claim.split(";")[0].split(" (")[0])
+    width = max((len(f"{f.number}. {title(f)}") for f in found), default=0)
+    verdict = max((len(f.verdict) for f in found), default=0)
+    return "\n".join(f"{f'{f.number}. {title(f)}':<{width}}  {f.verdict:<{verdict}}  {decision_text(f)}" for f in found)

@@ -19,7 +19,7 @@ from ..losses import loss_names, loss_spec
 from ..run_folders import write_atomic
 from ..train import PretrainConfig
 from .calibration import dependence, drawn_decisions, verdict_stability
-from .findings import _judge, Finding, FINDINGS, findings, judge_study, Part
+from .findings import _judge, decision_text, Finding, FINDINGS, findings, judge_study, Part, TITLES
 from .judge import check_rows, level_of, MARGINS, planned_cells, power_at
 from .measure import CRITERIA, first_drop
 from .plan import check_preset, StudyPreset
@@ -447,6 +447,8 @@ def write_report(rows: list[dict], out_dir: str | Path, preset: StudyPreset | No
                      std=_text(0 if math.isnan(r["std"]) else r["std"], ".4f"), seeds=_text(r["seeds"]))
                 for r in table1(clean) for label, color in [_loss_style(r["loss"])]],
         significance=_text(SIGNIFICANCE), n_test=_text(measured[0].get("n_test", "?") if measured else "?", "d"),
-        finding_heads=heads, finding_rows=finding_rows, sections=_sections(clean, plan, stab if stab else None))
+        finding_heads=heads, finding_rows=finding_rows, sections=_sections(clean, plan, stab if stab else None),
+        verdicts=[dict(finding=f"{f.number}. {TITLES.get(f.number, f.claim)}", verdict=f.verdict, decision=decision_text(f),
+                       stability=f.stability) for f in found])
     write_atomic(path, lambda f: f.write(page.encode()))
     return path
