@@ -372,9 +372,11 @@ def test_the_report_page_names_a_missing_planned_cell(tmp_path):
     from ctl_explore.study.report import write_report
     rows = [{k: v for k, v in r.items() if k != "config"} for r in without_smallest_tau()]
     page = write_report(rows, tmp_path, get_preset("digits")).read_text()
-    assert page.count("contrastive at τ = 0.05 has 0 usable seeds of 3 planned") >= 5 + 6  # five sections, six findings' evidence
+    named = "contrastive at τ = 0.05 has 0 usable seeds of 3 planned"
+    assert page.count(named) >= 1 + 5 + 6  # above the verdicts, five sections, six findings' evidence
+    assert page.index(named) < page.index("<table class='verdicts'>")  # said before the first verdict
     assert "finding 1 (reproduced)" not in page
-    assert page.count("of 200 seed resamplings give this verdict") == 6  # each verdict printed beside its stability
+    assert page.count("of 200 seed resamplings give this verdict") == 2 * 6  # each verdict beside its stability, at the top and in the findings table
 
 
 # ------------------------------------------------------------------ statements (issue 37)
@@ -403,3 +405,20 @@ def test_the_shipped_study_is_not_decidable_here_on_findings_2_to_4():
     assert [f.verdict for f in found] == ["partly reproduced", UNDECIDED, UNDECIDED, UNDECIDED, "reproduced", "reproduced"]
     assert all(f.seeds_needed is None and f.images_needed > SHIPPED[0]["n_test"] for f in found[1:4])
     assert all(f.images_needed is None for f in (found[0], found[4], found[5]))
+
+
+# ------------------------------------------------------------------ tables of our own at the edges of log-odds (issue 37)
+
+def test_nearly_perfect_cells_are_not_told_apart_by_a_mistake_or_two():
+    "Every cell at 99.9 % on 500 images (half a mistake a run): a mistake or two is no effect, so no accuracy claim is refuted."
+    perfect = {c: dict(v, linear_top1=1.0) for c, v in BASE.items()}
+    parts = findings_parts(table(perfect, seeds=range(3), n_test=500))
+    for claim in ("Simple far worse", "HardSimple competitive", "the hard loss better at large τ", "suboptimal at both ends"):
+        assert parts[claim].verdict == UNDECIDED, (claim, parts[claim].measured)
+
+def test_the_shipped_calibrations_raise_few_false_alarms():
+    "At the edge of every test, on studies drawn from the shipped runs at 3 seeds and 359 images and at 10 seeds and 4,000 images."
+    root = Path(__file__).resolve().parents[1]
+    for name in ("data/study-digits-calibration.json", "benchmarks/results/judge_calibration_decisive.json"):
+        calibration = json.loads((root / name).read_text())
+        assert len(calibration["false_alarms"]) == 22 and max(calibration["false_alarms"].values()) <= 0.05, name

@@ -388,14 +388,15 @@ def test_report_renders_in_chromium_without_errors(smoke):
             page.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= 3", timeout=30_000)
             drawn = page.evaluate("""() => [...document.querySelectorAll('.js-plotly-plot')].map(
                 gd => ({id: gd.id, traces: gd.querySelectorAll('.scatterlayer .trace').length}))""")
-            verdicts = page.locator("td.v").all_inner_texts()
+            verdicts = page.locator("table.verdicts td.v").all_inner_texts()
+            in_findings_table = page.locator("td.v").count() - len(verdicts)
         finally:
             browser.close()
     assert errors == []
     assert {d["id"] for d in drawn} == {"fig-trajectories", "fig-uniformity_tolerance", "fig-similarity_profile",
                                         "fig-neighbour_purity", "fig-accuracy"}
     assert next(d for d in drawn if d["id"] == "fig-trajectories")["traces"] >= 2, drawn  # smoke runs are all left out of the τ curves
-    assert len(verdicts) == 6
+    assert len(verdicts) == 6 and in_findings_table == 6  # the verdicts at the top, and again in the findings table
 
 
 # --- runs that have not settled are stretched (train until converged, capped) --------------------------------------------

@@ -419,7 +419,8 @@ def write_report(rows: list[dict], out_dir: str | Path, preset: StudyPreset | No
     p = None if preset is None else check_preset(preset)
     clean, measured = _split(rows)
     plan = planned_cells(p) if p is not None else None
-    found = findings(clean, plan=plan)
+    judged = judge_study(clean, plan)
+    found = judged.findings
     stab = verdict_stability(clean, plan=plan) if usable(clean) else {}  # each verdict printed beside its stability
     for f in found: f.stability = f"{stab[f.number]:.0%} of 200 seed resamplings give this verdict" if f.number in stab else ""
     with_trajectories = [r for r in measured if "trajectory" in r and isinstance(r.get("config"), dict)]
@@ -448,7 +449,7 @@ def write_report(rows: list[dict], out_dir: str | Path, preset: StudyPreset | No
                 for r in table1(clean) for label, color in [_loss_style(r["loss"])]],
         significance=_text(SIGNIFICANCE), n_test=_text(measured[0].get("n_test", "?") if measured else "?", "d"),
         finding_heads=heads, finding_rows=finding_rows, sections=_sections(clean, plan, stab if stab else None),
-        verdicts=[dict(finding=f"{f.number}. {TITLES.get(f.number, f.claim)}", verdict=f.verdict, decision=decision_text(f),
+        short=judged.missing, verdicts=[dict(finding=f"{f.number}. {TITLES.get(f.number, f.claim)}", verdict=f.verdict, decision=decision_text(f),
                        stability=f.stability) for f in found])
     write_atomic(path, lambda f: f.write(page.encode()))
     return path

@@ -14,9 +14,9 @@ import numpy as np
 
 
 # %% auto #0
-__all__ = ['SIGNIFICANCE', 'BEST_TAUS', 'EQUIVALENCE', 'VERDICTS', 'DIRECTION_VERDICTS', 'usable', 'log_odds', 'odds_slope',
-           'shift_odds', 'metric_value', 'summarize', 'curve', 'Trend', 'trend', 'noise_margin', 'Difference',
-           'accuracy_gap', 'pooled_variance', 'difference', 'direction_verdict', 'combine_verdicts']
+__all__ = ['FEW_ERRORS', 'SIGNIFICANCE', 'BEST_TAUS', 'EQUIVALENCE', 'VERDICTS', 'DIRECTION_VERDICTS', 'usable', 'log_odds',
+           'odds_slope', 'shift_odds', 'metric_value', 'summarize', 'curve', 'Trend', 'trend', 'noise_margin',
+           'Difference', 'accuracy_gap', 'pooled_variance', 'difference', 'direction_verdict', 'combine_verdicts']
 
 # %% ../../nbs/23_study_stats.ipynb #7fa327e2
 def usable(rows: list[dict]) -> list[dict]:
@@ -30,6 +30,8 @@ def log_odds(p: float, n: int) -> float:
     if not 0 <= p <= 1: raise ValueError(f"p must be an accuracy between 0 and 1, got {p!r}")
     k = p * n
     return math.log((k + 0.5) / (n - k + 0.5))
+
+FEW_ERRORS = 5  # under this many mistakes (or right answers) a cell's log-odds is not near a straight line of its accuracy
 
 def odds_slope(p: float, n: int) -> float:
     "The slope of `log_odds` at accuracy `p` on `n` images, d log-odds / dp (≈ 1 / (p(1 − p)) on a large test set)."
@@ -202,6 +204,9 @@ def difference(rows: list[dict], metric: str, a: tuple, b: tuple) -> Difference:
             p_a, p_b = (pa, pb) if odds else (ma, mb)
             image_var = ga * ga * p_a * (1 - p_a) / ra[0]["n_test"] + gb * gb * p_b * (1 - p_b) / rb[0]["n_test"]
         else: raise ValueError(f"cells {a} and {b}: a row records neither its per-image correctness nor its number of test images")
+        if odds:  # a cell with under FEW_ERRORS mistakes (or right answers): the delta method's straight line fails; its floor instead
+            few = [1 / (p * n + 0.5) + 1 / (n - p * n + 0.5) for p in (pa, pb) if min(p * n, n - p * n) < FEW_ERRORS]
+            image_var = max(image_var, sum(few))
     var = sum(v for v, _ in parts) + image_var
     denominator = sum(v**2 / df for v, df in parts)
     df = var**2 / denominator if denominator > 0 else math.inf  # Welch–Satterthwaite; the images' part has infinite degrees of freedom
