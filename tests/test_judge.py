@@ -422,3 +422,35 @@ def test_the_shipped_calibrations_raise_few_false_alarms():
     for name in ("data/study-digits-calibration.json", "benchmarks/results/judge_calibration_decisive.json"):
         calibration = json.loads((root / name).read_text())
         assert len(calibration["false_alarms"]) == 22 and max(calibration["false_alarms"].values()) <= 0.05, name
+
+
+# ------------------------------------------------------------------ the verdicts where a reader meets them first (issue 42)
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+def test_readmes_verdict_table_is_the_judges():
+    "README's table of the shipped verdicts: each verdict the judge's, each 'how firmly' the judge's and the power file's numbers."
+    found = findings(json.loads((README.parent / "data/study-digits/results.json").read_text()), plan="digits")
+    power = json.loads((README.parent / "data/study-digits-power.json").read_text())
+    text = README.read_text()
+    table = text[text.index("| finding of [WL21] | verdict on the digits | how firmly |"):].split("\n\n")[0].splitlines()[2:]
+    assert len(table) == 6
+    for f, line in zip(found, table):
+        _, what, verdict, firm, _ = [c.strip() for c in line.split("|")]
+        assert what.startswith(f"{f.number}. ") and verdict == f.verdict, line
+        if f.images_needed: assert f"about {round(f.images_needed, -3):,} needed" in firm, line
+        else: assert f"{round(100 * power['same']['3'][str(f.number)])} %" in firm, line
+        assert ("not firm" in firm) == (not f.images_needed and power["same"]["3"][str(f.number)] < 0.8), line
+
+def test_the_first_things_a_reader_sees_are_short_sentences(tmp_path):
+    "README's opening sections (up to the course table) and the report's first screen: no sentence over 40 words."
+    import re
+    from reading import long_sentences
+    from ctl_explore.study.plan import get_preset
+    from ctl_explore.study.report import write_report
+    text = README.read_text()
+    assert long_sentences(text[:text.index("## The course")]) == []
+    page = write_report(json.loads((README.parent / "data/study-digits/results.json").read_text()), tmp_path, get_preset("digits")).read_text()
+    first = page[page.index("<h1>"):page.index("<h2>")]
+    prose = re.sub(r"<table.*?</table>", "\n\n", first, flags=re.S)  # the verdict table is not prose
+    assert long_sentences(re.sub(r"<[^>]+>", " ", prose).replace("&amp;", "&")) == []

@@ -135,15 +135,15 @@ PRESETS = {
     "smoke": StudyPreset.make("smoke", width=4, image_size=8, epochs=3, warmup_epochs=1, taus=(0.1, 0.5), seeds=(0, 1), linear_epochs=5,
                          note="a miniature for tests: seconds, numbers meaningless"),
     "digits": StudyPreset.make("digits", **_DIGITS,
-                          note="the embedded default: 42 runs of a width-8 ConvNet on 1438 digits at their native 8 × 8 pixels, "
-                               "100 epochs with a 10-epoch warm-up (a run not yet settled at its first lr drop is stretched by 25 epochs at a "
-                               "time, up to 200): half the CPU time of the earlier 200-epoch regime, accepted by a rule written before its "
-                               "pilot (every pilot run settled by the convergence criteria of lesson 09); its time on 2 CPU cores "
-                               "is in benchmarks/results/study.md. With three seeds a cell it cannot decide findings 2, 3 and 4 (power at "
-                               "their margins under 10%), and no number of seeds can on its 359 test images, whose part of an accuracy's error "
-                               "more seeds never shrink: they are not decidable on this dataset, and the shipped study as pilot says 80% power "
+                          note="the embedded default: 42 runs of a width-8 ConvNet on 1438 digits at their native 8 × 8 pixels. "
+                               "Each trains 100 epochs with a 10-epoch warm-up; a run not yet settled at its first lr drop is stretched by "
+                               "25 epochs at a time, up to 200. That is half the CPU time of the earlier 200-epoch regime, accepted by a rule "
+                               "written before its pilot (every pilot run settled by the convergence criteria of lesson 09). Its time on 2 CPU "
+                               "cores is in benchmarks/results/study.md. With three seeds a cell it cannot decide findings 2, 3 and 4 (power at "
+                               "their margins under 10%). No number of seeds can on its 359 test images, whose part of an accuracy's error more "
+                               "seeds never shrink: they are not decidable on this dataset. The shipped study as pilot says 80% power "
                                "would need about 57,129, 47,765 and 49,512 test images (accuracy margins in log-odds, appendix 28; or CIFAR10 "
-                               "on a GPU). It decides finding 1; findings 5 and 6 come out decided, but their verdicts are not stable in 80% "
+                               "on a GPU). It decides finding 1. Findings 5 and 6 come out decided, but their verdicts are not stable in 80% "
                                "of studies drawn at their own effects, so at three seeds they are not firmly decided (lesson 09)"),
     "cifar10-paper": StudyPreset.make("cifar10-paper", dataset="cifar10", backbone="resnet18", alpha=0.0819, **_PAPER,
                                  note="[WL21] CIFAR10: ResNet18, 200 epochs, 4095 hard negatives"),
