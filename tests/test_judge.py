@@ -454,3 +454,10 @@ def test_the_first_things_a_reader_sees_are_short_sentences(tmp_path):
     first = page[page.index("<h1>"):page.index("<h2>")]
     prose = re.sub(r"<table.*?</table>", "\n\n", first, flags=re.S)  # the verdict table is not prose
     assert long_sentences(re.sub(r"<[^>]+>", " ", prose).replace("&amp;", "&")) == []
+
+def test_runs_probed_on_two_test_sets_are_one_sentence():
+    "Simple probed on 300 images, the rest on 400: accuracies cannot be compared image by image, and the judge says so."
+    rows = table(BASE, seeds=range(3), n_test=400)
+    mixed = [r for r in rows if r["loss"] != "simple"] + [r for r in table(BASE, seeds=range(3), n_test=300) if r["loss"] == "simple"]
+    with pytest.raises(JudgeError, match="test sets of 300, 400 images"):
+        findings(mixed)

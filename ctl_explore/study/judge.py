@@ -186,6 +186,10 @@ def check_rows(rows: list[dict], plan: dict | None = None, resampled: bool = Fal
         _check_record(r)
         if memo is not None: memo[memo_key[id(r)]] = recheck_flags(r, criteria)
     if not resampled: _check_duplicates(live)
+    sizes = sorted({r["n_test"] for r in live})
+    if len(sizes) > 1:
+        raise JudgeError(f"the runs were probed on test sets of {', '.join(map(str, sizes))} images; a study compares its runs image by "
+                         "image on one test set, so judge the runs of one test set together")
     usable, notes = [], []
     for r in live:
         flags = recheck_flags(r, criteria) if memo is None else memo[memo_key[id(r)]]
