@@ -376,7 +376,7 @@ def test_the_report_page_names_a_missing_planned_cell(tmp_path):
     assert page.count(named) >= 1 + 5 + 6  # above the verdicts, five sections, six findings' evidence
     assert page.index(named) < page.index("<table class='verdicts'>")  # said before the first verdict
     assert "finding 1 (reproduced)" not in page
-    assert page.count("of 200 seed resamplings give this verdict") == 2 * 6  # each verdict beside its stability, at the top and in the findings table
+    assert page.count("of 200 seed resamplings and") == page.count("of 50 studies drawn at its effects give this verdict") == 2 * 6  # each verdict beside its stability, at the top and in the findings table
 
 
 # ------------------------------------------------------------------ statements (issue 37)

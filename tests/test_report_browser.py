@@ -34,4 +34,4 @@ def test_the_report_opens_with_the_six_verdicts(browser, tmp_path):
     assert [r["cells"][0].split(".")[0] for r in rows_shown] == ["1", "2", "3", "4", "5", "6"]
     assert all(r["bottom"] <= 720 for r in rows_shown), [r["bottom"] for r in rows_shown]  # all six on the first screen
     assert first_h2 > max(r["bottom"] for r in rows_shown)                                   # before scale, criteria and runs
-    assert "not decidable at this test-set size" in rows_shown[1]["cells"][2] and "seed resamplings" in rows_shown[0]["cells"][3]
+    assert "not decidable at this test-set size" in rows_shown[1]["cells"][2] and "seed resamplings and" in rows_shown[0]["cells"][3] and "studies drawn at its effects" in rows_shown[4]["cells"][3]

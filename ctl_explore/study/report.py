@@ -422,7 +422,11 @@ def write_report(rows: list[dict], out_dir: str | Path, preset: StudyPreset | No
     judged = judge_study(clean, plan)
     found = judged.findings
     stab = verdict_stability(clean, plan=plan) if usable(clean) else {}  # each verdict printed beside its stability
-    for f in found: f.stability = f"{stab[f.number]:.0%} of 200 seed resamplings give this verdict" if f.number in stab else ""
+    seeds, records = judged.checked.typical_seeds, all(isinstance(r.get("probe_correct"), str) for r in usable(clean))
+    same = drawn_decisions(clean, judged.checked.planned, seeds, 50)["same"] if stab and seeds >= 2 and records else {}
+    for f in found:  # both stabilities: seeds drawn again from those seen, and whole studies drawn at the measured effects
+        f.stability = (f"{stab[f.number]:.0%} of 200 seed resamplings" + (f" and {same[f.number]:.0%} of 50 studies drawn at its effects"
+                       if f.number in same else "") + " give this verdict") if f.number in stab else ""
     with_trajectories = [r for r in measured if "trajectory" in r and isinstance(r.get("config"), dict)]
     figs = {**({"trajectories": trajectory_figure(with_trajectories)} if with_trajectories else {}), **study_figures(clean, plan)}
     plots = {name: fig.to_html(full_html=False, include_plotlyjs=(i == 0), div_id=f"fig-{name}") for i, (name, fig) in enumerate(figs.items())}
