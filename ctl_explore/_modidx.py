@@ -509,6 +509,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                              'ctl_explore/explorer.py'),
                                       'ctl_explore.explorer.TemperatureExplorer._change_source': ( 'explorer_machinery.html#temperatureexplorer._change_source',
                                                                                                    'ctl_explore/explorer.py'),
+                                      'ctl_explore.explorer.TemperatureExplorer._confirm': ( 'explorer_machinery.html#temperatureexplorer._confirm',
+                                                                                             'ctl_explore/explorer.py'),
                                       'ctl_explore.explorer.TemperatureExplorer._load_negatives': ( 'explorer_machinery.html#temperatureexplorer._load_negatives',
                                                                                                     'ctl_explore/explorer.py'),
                                       'ctl_explore.explorer.TemperatureExplorer._on_change': ( 'explorer_machinery.html#temperatureexplorer._on_change',

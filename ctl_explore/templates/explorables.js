@@ -261,7 +261,10 @@
     var self = this, s = copy(spec.state);
     this.host = host; this.spec = spec; this.state = s; this.timings = []; this.figuresOnly = !!figuresOnly;
     host.ctlState = s; host.ctlTimings = this.timings; host.ctlExplorable = this;
-    if (figuresOnly) { this.figures(el("div", {"class": "ctl-x-figures"}, host)); return; }
+    if (figuresOnly) {  // "readout": with the readout above the figures, drawn in the same update
+      if (figuresOnly === "readout") { this.readout = el("div", {"class": "ctl-x-readout"}, host); this.checkNote = el("p", {"class": "ctl-x-refused"}, host); }
+      this.figures(el("div", {"class": "ctl-x-figures"}, host)); return;
+    }
     var panel = el("div", {"class": "ctl-x-controls"}, host), note = el("div", {"class": "ctl-x-readout"}, host);
     var grid = el("div", {"class": "ctl-x-figures"}, host);
     this.readout = note;
@@ -501,6 +504,18 @@
     if (!this.figuresOnly && (!what.init || location.hash.indexOf(HASH) === 0 || this.touched)) this.writeHash();
     if (!what.init) this.touched = true;
     return Promise.all(drawn).then(function () { self.drawn = true; self.timings.push(performance.now() - t0); s.updates = (s.updates || 0) + 1; });
+  };
+  // The kernel's numbers for the settings it last saw (lesson 02 in JupyterLab): when they are the settings shown, the
+  // readout's numbers must agree with them to 1e-9; host.dataset.ctlConfirmed says "yes", or "no" with the note shown.
+  TemperatureExplorer.prototype.confirm = function (kernel) {
+    var s = this.state, near = function (a, b, tol) { return Math.abs(a - b) <= tol * Math.max(1, Math.abs(b)); };
+    if (!kernel || !this.neg || kernel.source !== s.source || kernel.k !== s.k || !near(kernel.tau, s.tau, 1e-12) ||
+        !near(kernel.alpha, s.alpha, 1e-12) || !near(kernel.lam, s.lam, 1e-12) || !near(kernel.pos, s.pos, 1e-12)) return null;
+    var mine = {h: this.h, h_hard: this.hHard, loss: this.loss, n_kept: this.nKept, s_alpha: this.sAlpha}, off = [];
+    Object.keys(mine).forEach(function (key) { if (!near(mine[key], kernel[key], 1e-9)) off.push(key + " " + mine[key] + " here, " + kernel[key] + " in the kernel"); });
+    this.host.dataset.ctlConfirmed = off.length ? "no" : "yes"; this.host.dataset.ctlConfirmedTau = String(s.tau);
+    if (this.checkNote) this.checkNote.textContent = off.length ? "The kernel computes other numbers for these settings: " + off.join("; ") : "";
+    return !off.length;
   };
   TemperatureExplorer.prototype.readoutHtml = function () {
     var s = this.state, neg = this.neg, k = neg.length, r = this.r, rh = this.rHard;
