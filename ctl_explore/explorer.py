@@ -9,6 +9,7 @@ import base64
 import math
 from contextlib import contextmanager
 from functools import lru_cache
+from types import SimpleNamespace
 
 import anywidget
 import ipywidgets as widgets
@@ -365,9 +366,12 @@ class ExplorerFigures(anywidget.AnyWidget):
     source_index = traitlets.Int(0).tag(sync=True)  # the index in `SOURCES`, as a Dropdown's front end holds it
     log_r = traitlets.Bool(False).tag(sync=True)
     spec = traitlets.Dict().tag(sync=True)          # `explorer_spec`: the negatives' draws, the τ axis, the empty figures
+    kernel = traitlets.Dict().tag(sync=True)        # the kernel's numbers for the settings it last saw: the page checks its readout
     _esm = property(lambda self: _widget_esm("explorables.js", "explorer-widget.js"))
     _css = ".ctl-live-figures .ctl-x-figures { display: grid; grid-template-columns: repeat(2, minmax(0, 1fr)); gap: 0.5em; }\n" \
-           ".ctl-live-figures .ctl-x-plot { min-width: 0; }"
+           ".ctl-live-figures .ctl-x-plot { min-width: 0; }\n" \
+           ".ctl-live-figures .ctl-x-readout { font-size: 13px; line-height: 1.5; margin: 0.3em 0; }\n" \
+           ".ctl-live-figures .ctl-x-refused { color: #b00020; margin: 0; }"
 
     def __init__(self, tau=0.2, alpha=0.1, lam=1 / 256, source="spread", k=256, pos=SYNTHETIC_POSITIVE, seed=0, log_r=False):
         spec = explorer_spec(tau, alpha, lam, source, k, pos, seed, log_r)
@@ -400,7 +404,7 @@ class TemperatureExplorer(widgets.VBox):
         self.k_slider = widgets.IntSlider(value=k, min=2, max=max_negatives(source), description="K", continuous_update=False)
         self.pos_slider = widgets.FloatSlider(value=pos, min=POS_RANGE[0], max=POS_RANGE[1], step=0.01, description="s_ii")
         self.log_r_checkbox = widgets.Checkbox(value=False, description="log scale for r_i", indent=False)
-        self.readout = widgets.HTML()
+        self.readout = SimpleNamespace(value="")  # the kernel's copy of the readout: the page draws its own (no widget, no message)
         # the kernel's copy of the four figures (checked below); the page's are drawn by `figures`, in the browser
         self.fig_penalty, self.fig_entropy, self.fig_loss, self.fig_grad = (
             build() for build in (penalty_figure, entropy_figure, loss_figure, gradient_figure))
@@ -411,7 +415,9 @@ class TemperatureExplorer(widgets.VBox):
         self.links.append(widgets.jslink((self.source_dropdown, "index"), (self.figures, "source_index")))
         controls = widgets.HBox([widgets.VBox([self.tau_slider, self.alpha_slider, self.lam_slider]),
                                  widgets.VBox([self.source_dropdown, self.k_slider, self.pos_slider, self.log_r_checkbox])])
-        super().__init__([controls, self.readout, self.figures])
+        # the readout is drawn in the page with the figures (the same formulas, no round trip); `self.readout` is the
+        # kernel's copy, and `_confirm` sends the kernel's numbers for the page to check its own against
+        super().__init__([controls, self.figures])
         self.add_class("ctl-temperature-explorer")
         self.tau_slider.add_class("ctl-tau-slider"); self.lam_slider.add_class("ctl-lam-slider")
         with _one_thread(), batched(): self._load_negatives()
@@ -499,7 +505,7 @@ def _update_alpha(self: TemperatureExplorer, loss: bool = False):
 @patch
 def _update_lam(self: TemperatureExplorer, readout: bool = True):
     update_figure(self.fig_penalty, {6: dict(y=[self.lam] * 2)})
-    if readout: self.readout.value = self._readout_html()
+    if readout: self.readout.value = self._readout_html(); self._confirm()
 
 @patch
 def _update_log_r(self: TemperatureExplorer):
@@ -529,6 +535,7 @@ def _update_tau(self: TemperatureExplorer, penalty: bool = True, loss: bool = Tr
         texts.append(f"{len(self.neg) - n_top} negatives")
         update_figure(self.fig_grad, {i: dict(y=[height], hovertext=[text]) for i, (height, text) in enumerate(zip(heights, texts))})
     self.readout.value = self._readout_html()
+    self._confirm()
 
 # %% ../nbs/17_explorer_machinery.ipynb #7ae33a46
 @patch
@@ -545,6 +552,12 @@ def _readout_html(self: TemperatureExplorer) -> str:
     return render("temperature-readout.html.j2", tau=self.tau, alpha=self.alpha, n_kept=self._n_kept, k=k, s_alpha=self._s_alpha,
                   lam=self.lam, pos=self.pos, h=self.h, log_k=math.log(k), h_hard=self.h_hard, log_kept=math.log(self._n_kept),
                   shares=shares(self.r), shares_hard=shares(self.r_hard), loss=self.loss, hard=hard, simple=simple, regimes=regimes)
+
+@patch
+def _confirm(self: TemperatureExplorer):
+    "The kernel's numbers for the current settings, sent to the page, which checks the readout it drew against them."
+    self.figures.kernel = dict(tau=self.tau, alpha=self.alpha, lam=self.lam, pos=self.pos, k=len(self.neg), source=self.source_dropdown.value,
+                               h=self.h, h_hard=self.h_hard, loss=self.loss, n_kept=self._n_kept, s_alpha=self._s_alpha)
 
 # %% ../nbs/17_explorer_machinery.ipynb #5d4b024e
 def temperature_explorer(

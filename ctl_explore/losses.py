@@ -6,25 +6,20 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .checks import (check_choice, check_embeddings, check_in_range, check_nonnegative, check_positive,
-                                check_similarities, check_tensor, checking_values)
+from .checks import check_choice, check_embeddings, check_in_range, check_nonnegative, check_positive, check_similarities, check_tensor, checking_values
 from .loss_registry import LOSS_LEVELS, LOSSES, LossSpec, check_loss_params, loss_names, loss_spec, register_loss  # appendix 31
 
-_all_ = ['LOSS_LEVELS', 'LOSSES', 'LossSpec', 'check_loss_params', 'loss_names', 'loss_spec', 'register_loss']  # still importable from here
-
 # %% auto #0
-__all__ = ['REDUCTIONS', 'contrastive_loss', 'reduce_loss', 'check_temperature', 'simple_loss', 'triplet_limit_loss',
-           'simple_limit_loss', 'n_informative', 'informative_mask', 'hard_contrastive_loss', 'hard_simple_loss',
-           'apply_loss', 'dot_products', 'pair_similarities', 'LOSS_LEVELS', 'LOSSES', 'LossSpec', 'check_loss_params',
-           'loss_names', 'loss_spec', 'register_loss']
+__all__ = ['contrastive_loss', 'simple_loss', 'triplet_limit_loss', 'simple_limit_loss', 'informative_mask', 'hard_contrastive_loss', 'hard_simple_loss', 'dot_products', 'pair_similarities', 'LOSS_LEVELS', 'LOSSES', 'LossSpec', 'check_loss_params', 'loss_names', 'loss_spec', 'register_loss', 'REDUCTIONS', 'reduce_loss', 'check_temperature', 'n_informative', 'apply_loss']
+
+# %% ../nbs/00_losses.ipynb #83ddc8dd
+_all_ = ['LOSS_LEVELS', 'LOSSES', 'LossSpec', 'check_loss_params', 'loss_names', 'loss_spec', 'register_loss']  # still importable from here
 
 # %% ../nbs/00_losses.ipynb #e7c96f66
 def contrastive_loss(
@@ -39,38 +34,6 @@ def contrastive_loss(
     logits = torch.cat([pos[:, None], neg], dim=1) / tau  # [B, 1 + K], the positive in column 0
     return reduce_loss(-F.log_softmax(logits, dim=1)[:, 0], reduction)
 
-# %% ../nbs/00_losses.ipynb #485771ba
-REDUCTIONS = ("mean", "sum", "none")
-
-def reduce_loss(per_anchor: Tensor, reduction: str) -> Tensor:
-    "The mean or the sum of the per-anchor losses [B], or the losses themselves (`reduction='none'`), as torch's losses do."
-    check_choice("reduction", reduction, REDUCTIONS)
-    if reduction == "mean": return per_anchor.mean()
-    if reduction == "sum": return per_anchor.sum()
-    return per_anchor
-
-def check_temperature(
-    tau,                # the temperature, > 0
-    *sims: Tensor,      # the similarities it divides (e.g. pos and neg); their dtype, and with value checks on their size, set the limit
-    dtype: torch.dtype | None = None, # the similarities' dtype when no tensor is given
-) -> float:
-    "`tau` as a float, or a `ValueError` naming the smallest safe τ when s/τ would overflow the similarities' dtype (the loss would be NaN)."
-    tau = check_positive("tau", tau)
-    dtype = dtype or (sims[0].dtype if sims and sims[0].is_floating_point() else torch.get_default_dtype())
-    largest = torch.finfo(dtype).max
-    size = 1.0  # cosine similarities lie in [-1, 1]; larger ones are measured where the checks may read values
-    if checking_values() and sims:
-        with torch.no_grad(): size = max([size] + [float(s.detach().abs().max()) for s in sims if s.numel()])
-    smallest = 2 * size / largest  # a difference of two similarities divided by τ must stay a finite number
-    if tau < smallest:
-        raise ValueError(f"tau must be at least {smallest:.3g} for {str(dtype).removeprefix('torch.')} similarities of size up to "
-                         f"{size:g} (below it s/tau overflows the dtype's largest number, {largest:.3g}, and the loss is NaN), got {tau!r}")
-    return tau
-
-# %% ../nbs/00_losses.ipynb #reg0contr
-register_loss(LossSpec("contrastive", contrastive_loss, ("tau",), label="contrastive (Eq 1)", short="ordinary loss",
-                       color="#1f77b4", paper="[WL21] Eq 1"))
-
 # %% ../nbs/00_losses.ipynb #28045855
 def simple_loss(
     pos: Tensor,             # [B] positive similarity s_ii of each anchor
@@ -83,10 +46,6 @@ def simple_loss(
     check_similarities(pos, neg)
     return reduce_loss(lam * neg.sum(dim=1) - pos, reduction)
 
-register_loss(LossSpec("simple", simple_loss, ("lam",), label="simple (Eq 3)", short="Simple", color="#2ca02c",
-                       paper="[WL21] Eq 3", default_lam=lambda n_negatives, alpha: 1 / n_negatives))
-
-
 # %% ../nbs/00_losses.ipynb #c4ddc0b1
 def triplet_limit_loss(
     pos: Tensor,             # [B] positive similarity s_ii of each anchor
@@ -98,10 +57,6 @@ def triplet_limit_loss(
     tau = check_positive("tau", tau)
     check_similarities(pos, neg)
     return reduce_loss(F.relu(neg.amax(dim=1) - pos) / tau, reduction)
-
-register_loss(LossSpec("triplet_limit", triplet_limit_loss, ("tau",), label="triplet limit (Eq 6)", color="#ff7f0e",
-                       paper="[WL21] Eq 6", limit_of="contrastive"))
-
 
 # %% ../nbs/00_losses.ipynb #22bc897e
 def simple_limit_loss(
@@ -116,20 +71,6 @@ def simple_limit_loss(
     n_terms = neg.shape[1] + 1
     margins = neg.shape[1] * pos - neg.sum(dim=1)  # Σ_k (s_ii − s_ik)
     return reduce_loss(math.log(n_terms) - margins / (n_terms * tau), reduction)
-
-register_loss(LossSpec("simple_limit", simple_limit_loss, ("tau",), label="simple limit (Eq 7)", color="#8c564b",
-                       paper="[WL21] Eq 7", limit_of="contrastive"))
-
-
-# %% ../nbs/00_losses.ipynb #2f65f17d
-def n_informative(
-    n_negatives: int, # K, the number of negatives of an anchor
-    alpha: float,     # fraction of negatives kept, in (0, 1]
-) -> int:
-    "How many of `n_negatives` the upper-`alpha` quantile keeps: ⌈αK⌉ (ties with the last one come on top)."
-    alpha = check_in_range("alpha", alpha, 0, 1, low_open=True, why="the fraction of negatives kept")
-    # round away float noise such as 0.07 * 100 = 7.000000000000001 before taking the ceiling
-    return max(1, min(n_negatives, math.ceil(round(alpha * n_negatives, 9))))
 
 # %% ../nbs/00_losses.ipynb #09524cea
 def informative_mask(
@@ -157,10 +98,6 @@ def hard_contrastive_loss(
     logits = torch.cat([pos[:, None], kept], dim=1) / tau
     return reduce_loss(-F.log_softmax(logits, dim=1)[:, 0], reduction)
 
-register_loss(LossSpec("hard_contrastive", hard_contrastive_loss, ("tau", "alpha"), label="hard contrastive (Eq 9)",
-                       short="hard loss", color="#d62728", paper="[WL21] Eq 9"))
-
-
 # %% ../nbs/00_losses.ipynb #3f0a16ac
 def hard_simple_loss(
     pos: Tensor,             # [B] positive similarity s_ii of each anchor
@@ -174,23 +111,6 @@ def hard_simple_loss(
     check_similarities(pos, neg)
     kept = neg.masked_fill(~informative_mask(neg, alpha), 0.0)
     return reduce_loss(lam * kept.sum(dim=1) - pos, reduction)
-
-register_loss(LossSpec("hard_simple", hard_simple_loss, ("alpha", "lam"), label="hard simple", short="HardSimple",
-                       color="#9467bd", paper="[WL21] Table 1 (HardSimple)",
-                       default_lam=lambda n_negatives, alpha: 1 / n_informative(n_negatives, alpha)))  # 1/K over the kept ⌈αK⌉
-
-
-# %% ../nbs/00_losses.ipynb #6f21c99f
-def apply_loss(
-    name: str,               # a similarity loss of the registry, e.g. "contrastive"
-    pos: Tensor,             # [B] positive similarity s_ii of each anchor
-    neg: Tensor,             # [B, K] negative similarities s_ij of each anchor
-    reduction: str = "mean", # "mean", "sum", or "none" (shape [B])
-    **params,                # the loss's hyper-parameters, from tau, alpha, lam (its `loss_spec(name).params`)
-) -> Tensor:
-    "The loss called `name` on `pos` and `neg`, given exactly the hyper-parameters it takes."
-    check_loss_params(name, params)
-    return loss_spec(name).fn(pos, neg, reduction=reduction, **params)
 
 # %% ../nbs/00_losses.ipynb #7eade0a1
 @lru_cache(maxsize=16)
@@ -239,3 +159,68 @@ def pair_similarities(
     sim = dot_products(z, z) # [2B, 2B]: z @ z.T
     pos = torch.cat([sim.diagonal(batch), sim.diagonal(-batch)])  # row r's positive: column r + B, or r - B
     return pos, sim.gather(1, _pair_negative_index(batch, sim.device))
+
+# %% ../nbs/31_loss_registry.ipynb #bc7e9d03
+REDUCTIONS = ("mean", "sum", "none")
+
+def reduce_loss(per_anchor: Tensor, reduction: str) -> Tensor:
+    "The mean or the sum of the per-anchor losses [B], or the losses themselves (`reduction='none'`), as torch's losses do."
+    check_choice("reduction", reduction, REDUCTIONS)
+    if reduction == "mean": return per_anchor.mean()
+    if reduction == "sum": return per_anchor.sum()
+    return per_anchor
+
+def check_temperature(
+    tau,                # the temperature, > 0
+    *sims: Tensor,      # the similarities it divides (e.g. pos and neg); their dtype, and with value checks on their size, set the limit
+    dtype: torch.dtype | None = None, # the similarities' dtype when no tensor is given
+) -> float:
+    "`tau` as a float, or a `ValueError` naming the smallest safe τ when s/τ would overflow the similarities' dtype (the loss would be NaN)."
+    tau = check_positive("tau", tau)
+    dtype = dtype or (sims[0].dtype if sims and sims[0].is_floating_point() else torch.get_default_dtype())
+    largest = torch.finfo(dtype).max
+    size = 1.0  # cosine similarities lie in [-1, 1]; larger ones are measured where the checks may read values
+    if checking_values() and sims:
+        with torch.no_grad(): size = max([size] + [float(s.detach().abs().max()) for s in sims if s.numel()])
+    smallest = 2 * size / largest  # a difference of two similarities divided by τ must stay a finite number
+    if tau < smallest:
+        raise ValueError(f"tau must be at least {smallest:.3g} for {str(dtype).removeprefix('torch.')} similarities of size up to "
+                         f"{size:g} (below it s/tau overflows the dtype's largest number, {largest:.3g}, and the loss is NaN), got {tau!r}")
+    return tau
+
+# %% ../nbs/31_loss_registry.ipynb #fb86dd9c
+def n_informative(
+    n_negatives: int, # K, the number of negatives of an anchor
+    alpha: float,     # fraction of negatives kept, in (0, 1]
+) -> int:
+    "How many of `n_negatives` the upper-`alpha` quantile keeps: ⌈αK⌉ (ties with the last one come on top)."
+    alpha = check_in_range("alpha", alpha, 0, 1, low_open=True, why="the fraction of negatives kept")
+    # round away float noise such as 0.07 * 100 = 7.000000000000001 before taking the ceiling
+    return max(1, min(n_negatives, math.ceil(round(alpha * n_negatives, 9))))
+
+# %% ../nbs/31_loss_registry.ipynb #19c3d3f3
+register_loss(LossSpec("contrastive", contrastive_loss, ("tau",), label="contrastive (Eq 1)", short="ordinary loss",
+                       color="#1f77b4", paper="[WL21] Eq 1"))
+register_loss(LossSpec("simple", simple_loss, ("lam",), label="simple (Eq 3)", short="Simple", color="#2ca02c",
+                       paper="[WL21] Eq 3", default_lam=lambda n_negatives, alpha: 1 / n_negatives))
+register_loss(LossSpec("triplet_limit", triplet_limit_loss, ("tau",), label="triplet limit (Eq 6)", color="#ff7f0e",
+                       paper="[WL21] Eq 6", limit_of="contrastive"))
+register_loss(LossSpec("simple_limit", simple_limit_loss, ("tau",), label="simple limit (Eq 7)", color="#8c564b",
+                       paper="[WL21] Eq 7", limit_of="contrastive"))
+register_loss(LossSpec("hard_contrastive", hard_contrastive_loss, ("tau", "alpha"), label="hard contrastive (Eq 9)",
+                       short="hard loss", color="#d62728", paper="[WL21] Eq 9"))
+register_loss(LossSpec("hard_simple", hard_simple_loss, ("alpha", "lam"), label="hard simple", short="HardSimple",
+                       color="#9467bd", paper="[WL21] Table 1 (HardSimple)",
+                       default_lam=lambda n_negatives, alpha: 1 / n_informative(n_negatives, alpha)))  # 1/K over the kept ⌈αK⌉
+
+# %% ../nbs/31_loss_registry.ipynb #cb885f58
+def apply_loss(
+    name: str,               # a similarity loss of the registry, e.g. "contrastive"
+    pos: Tensor,             # [B] positive similarity s_ii of each anchor
+    neg: Tensor,             # [B, K] negative similarities s_ij of each anchor
+    reduction: str = "mean", # "mean", "sum", or "none" (shape [B])
+    **params,                # the loss's hyper-parameters, from tau, alpha, lam (its `loss_spec(name).params`)
+) -> Tensor:
+    "The loss called `name` on `pos` and `neg`, given exactly the hyper-parameters it takes."
+    check_loss_params(name, params)
+    return loss_spec(name).fn(pos, neg, reduction=reduction, **params)

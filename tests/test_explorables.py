@@ -376,7 +376,11 @@ def test_replay_plays_to_the_end(page):
     state = page.locator(REPLAY).first.evaluate("h => Object.assign({}, h.ctlState)")
     assert state["step"] == 100, state
     drawn = page.locator(REPLAY).first.evaluate("h => h.ctlShownSteps")[start:]
-    assert drawn == list(range(0, 101, 5)), f"the replay did not play every kept step in order: {drawn}"
+    # at the designed pace (one frame every frame_ms) a slow machine drops frames rather than stretching the replay: the
+    # steps drawn are kept steps, in order, from the first to the last (test_site_thumb times the pace)
+    kept = list(range(0, 101, 5))
+    assert drawn[0] == 0 and drawn[-1] == 100 and drawn == sorted(set(drawn)) and set(drawn) <= set(kept), \
+        f"the replay did not play the kept steps in order, from the first to the last: {drawn}"
     assert page.locator(f"{REPLAY} [data-ctl-control=frame]").input_value() == "20"
     _check_replay(page.locator(REPLAY).first.evaluate(READ_REPLAY))
 

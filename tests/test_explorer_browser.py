@@ -183,21 +183,22 @@ SLOWEST_CELLS = """() => window.jupyterapp.shell.currentWidget.content.widgets.f
 
 # Arm a watcher that resolves with the time from the next keydown to the moment the r_i curve in the SVG is redrawn
 # for a new τ (the figure's data changed and the path's `d` attribute with it).
+# End to end: from the key press (the event's own time stamp) to the next frame after the redraw that the press caused
+# has drawn every figure it moves and the readout (the explorer's update resolves once each figure is drawn; the
+# readout is written in the same update): the time a reader waits to see the whole explorer at the new τ.
 ARM_LATENCY = """(explorer) => {
-  const gd = explorer.querySelector('.js-plotly-plot');
-  const pathD = () => { const p = gd.querySelector('.scatterlayer .trace path.js-line'); return p && p.getAttribute('d'); };
-  const tau0 = gd.data[0].meta.tau, d0 = pathD();
+  const h = explorer.querySelector('.ctl-live-figures'), n = h.ctlState.updates || 0, tau0 = h.ctlState.tau;
   window.__ctlLatency = new Promise((resolve) => {
-    let t0 = null;
-    document.addEventListener('keydown', () => { t0 = performance.now(); }, {capture: true, once: true});
-    const check = () => {
-      if (t0 !== null && gd.data[0].meta.tau !== tau0 && pathD() !== d0) {
-        observer.disconnect();
-        resolve({ms: performance.now() - t0, tau: gd.data[0].meta.tau});
-      }
-    };
-    const observer = new MutationObserver(check);
-    observer.observe(gd, {subtree: true, childList: true, attributes: true});
+    document.addEventListener('keydown', (e) => {
+      const t0 = e.timeStamp;
+      const wait = () => {
+        if ((h.ctlState.updates || 0) > n && !h.ctlExplorable.busy)
+          requestAnimationFrame(() => setTimeout(() => resolve({ms: performance.now() - t0, tau: h.ctlState.tau,
+              readout: h.querySelector('.ctl-x-readout').innerText, tau0: tau0})));
+        else requestAnimationFrame(wait);
+      };
+      wait();
+    }, {capture: true, once: true});
   });
 }"""
 
@@ -210,6 +211,9 @@ HISTORY = """(playground) => {
   return {points: d.slice(0, 2).map(t => t.x.length), u0: d[0].y[0], t0: d[1].y[0],
           x: L.xaxis.range, y: L.yaxis.range, y2: L.yaxis2.range};
 }"""
+
+# The kernel's numbers for the τ shown have come and agree with the page's readout.
+CONFIRMED = "(e) => { const h = e.querySelector('.ctl-live-figures'); return h.dataset.ctlConfirmed === 'yes' && +h.dataset.ctlConfirmedTau === h.ctlState.tau; }"
 
 # How many redraws the explorer's figures made so far, which figures the last one moved, and whether it replaced traces
 # only (τ, λ) instead of redrawing the figures whole.
@@ -287,12 +291,11 @@ def test_explorer_in_browser(lab, browser):
         assert after["y"] == pytest.approx(_expected_curve(after["x"], after["tau"]), rel=1e-9, abs=1e-15)
         assert after["y"] != pytest.approx(before["y"], rel=1e-6)
         assert after["d"] != before["d"], "the SVG path of the r_i curve was not redrawn"
-        # the readout under the sliders comes back from the kernel, after the curve the browser redrew: wait for it
-        readout, deadline = "", time.monotonic() + 15
-        while f"τ = {after['tau']:.3g}" not in readout and time.monotonic() < deadline:
-            readout = explorer.locator(".widget-html-content").first.inner_text()
-            time.sleep(0.05)
-        assert f"τ = {after['tau']:.3g}" in readout, f"the readout did not reach τ = {after['tau']:.3g} within 15 s: {readout[:80]!r}"
+        # the readout is drawn in the page with the figures; the kernel's numbers for the same τ then confirm it
+        readout = explorer.locator(".ctl-live-figures .ctl-x-readout").first.inner_text()
+        assert f"τ = {after['tau']:.3g}" in readout, readout
+        page.wait_for_function(CONFIRMED, arg=explorer.element_handle(), timeout=15_000)
+        assert explorer.locator(".widget-html-content").count() == 0, "a readout from the kernel is still shown"
 
         # --- latency: key press to redrawn curve, over LATENCY_PRESSES presses; each press is one redraw of the four
         # figures, made in the browser (the figures' widget, linked to the sliders there), of the traces τ moves ---
@@ -302,7 +305,9 @@ def test_explorer_in_browser(lab, browser):
             page.evaluate(ARM_LATENCY, explorer.element_handle())
             handle.focus()
             page.keyboard.press("ArrowRight")
-            latencies.append(page.evaluate("() => window.__ctlLatency")["ms"])
+            done = page.evaluate("() => window.__ctlLatency")
+            assert done["tau"] > done["tau0"] and f"τ = {done['tau']:.3g}" in done["readout"], done  # figures and readout moved
+            latencies.append(done["ms"])
             page.wait_for_timeout(150)  # a second redraw for one press would come within this
             now = page.evaluate(DRAWS, explorer.element_handle())
             assert now["updates"] == drawn["updates"] + 1, f"one key press made {now['updates'] - drawn['updates']} redraws"
@@ -310,7 +315,8 @@ def test_explorer_in_browser(lab, browser):
         load.append(os.getloadavg()[0])
         final = page.evaluate(CURVE, explorer.element_handle())
         assert final["y"] == pytest.approx(_expected_curve(final["x"], final["tau"]), rel=1e-9, abs=1e-15)
-        assert statistics.median(latencies) < SANITY_CEILING_MS, f"key press → redrawn curve: median {statistics.median(latencies):.0f} ms"
+        assert statistics.median(latencies) < SANITY_CEILING_MS, f"key press → explorer redrawn: median {statistics.median(latencies):.0f} ms"
+        page.wait_for_function(CONFIRMED, arg=explorer.element_handle(), timeout=15_000)  # the kernel agrees at the last τ too
         # λ moves r_i's plot alone: one redraw, of that figure
         drawn = page.evaluate(DRAWS, explorer.element_handle())
         explorer.locator(".ctl-lam-slider .noUi-handle").first.focus()
@@ -321,14 +327,15 @@ def test_explorer_in_browser(lab, browser):
         now = page.evaluate(DRAWS, explorer.element_handle())
         assert now["updates"] == drawn["updates"] + 1 and now["redrawn"] == ["penalty"], now
         if BENCH_OUT: Path(BENCH_OUT).write_text(json.dumps({
-            "benchmark": "key press on the τ slider → r_i curve redrawn in the DOM (JupyterLab, headless Chromium)",
-            "goal_ms": 100, "median_ms": round(statistics.median(latencies), 2), "presses": LATENCY_PRESSES,
+            "benchmark": "key press on the τ slider → the next frame after every figure it moves and the readout are redrawn "
+                         "(JupyterLab, headless Chromium; the readout drawn in the page, the kernel only confirming)",
+            "goal_ms": {"median": 16, "p90": 50}, "median_ms": round(statistics.median(latencies), 2), "presses": LATENCY_PRESSES,
             "p10_ms": round(float(np.percentile(latencies, 10)), 2), "p90_ms": round(float(np.percentile(latencies, 90)), 2),
             "min_ms": round(min(latencies), 2), "max_ms": round(max(latencies), 2),
             "all_ms": [round(t, 2) for t in latencies], "k": 256, "source": "spread", "load_average_1min": load,
             "chromium": browser.version, "machine": _machine(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         }, indent=2) + "\n")
-        phase(f"key press → redrawn r_i curve: median {statistics.median(latencies):.1f} ms over {LATENCY_PRESSES} presses")
+        phase(f"key press → explorer and readout redrawn: median {statistics.median(latencies):.1f} ms over {LATENCY_PRESSES} presses")
         if SCREENSHOTS:
             page.wait_for_timeout(300)  # let plotly finish its transitions before the picture
             explorer.screenshot(path=str(ARTIFACTS / "explorer.png"))

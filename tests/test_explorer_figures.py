@@ -37,16 +37,17 @@ def test_labels_in_the_plots_follow_what_they_label():
 
 @pytest.mark.parametrize("control, value, readout", [
     ("tau_slider", 0.5, True), ("alpha_slider", 0.3, True), ("lam_slider", 0.01, True), ("pos_slider", 0.5, True),
-    ("log_r_checkbox", True, False),
+    ("log_r_checkbox", True, False),  # the log scale changes no number: no message
 ])
 def test_a_change_sends_the_page_no_figure(monkeypatch, control, value, readout):
-    "The page draws the figures from the sliders it is linked to: a change sends the readout, at most one message, and no figure."
+    "The page draws the figures and the readout from the sliders it is linked to: a change sends one message, the kernel's numbers that confirm the readout, and no figure."
     ex = explorer.temperature_explorer()
     sent = []
     monkeypatch.setattr(widgets.Widget, "_send", lambda self, msg, buffers=None: sent.append((self, sorted(msg.get("state", {})))))
     getattr(ex, control).value = value
     others = [(type(w).__name__, keys) for w, keys in sent if w is not getattr(ex, control)]  # the control's own value aside
-    assert others == ([("HTML", ["value"])] if readout else []), others
+    assert others == ([("ExplorerFigures", ["kernel"])] if readout else []), others
+    if readout: assert ex.figures.kernel["tau"] == ex.tau and ex.figures.kernel["loss"] == ex.loss
     # ... while the kernel's own copy of the figures follows (the checks of appendix 17 read it)
     if control == "tau_slider": assert ex.fig_penalty.data[0].meta == {"tau": 0.5}
 

@@ -5,9 +5,18 @@
   "use strict";
   var M = {};  // a port of ctl_explore's functions for one anchor; float64, as the library computes them
 
-  M.linspace = function (k) {  // torch.linspace(-1, 1, k) in float64: from both ends towards the middle
+  // torch.linspace(-1, 1, k) in float64, bit for bit: torch computes each point with one fused multiply-add, from the
+  // nearer end, start + step·i for the first half and end − step·(k − 1 − i) for the rest. JavaScript has no fused
+  // multiply-add, so fma(a, b, c) is the exact product (Dekker's split) plus c, summed with its rounding error.
+  function twoSum(a, b) { var s = a + b, bb = s - a; return [s, (a - (s - bb)) + (b - bb)]; }
+  function split(a) { var c = 134217729 * a, hi = c - (c - a); return [hi, a - hi]; }
+  M.fma = function (a, b, c) {
+    var p = a * b, A = split(a), B = split(b), e = ((A[0] * B[0] - p) + A[0] * B[1] + A[1] * B[0]) + A[1] * B[1];
+    var s = twoSum(p, c); return s[0] + (s[1] + e);
+  };
+  M.linspace = function (k) {
     var out = new Array(k), step = 2 / (k - 1), half = Math.floor(k / 2);
-    for (var i = 0; i < k; i++) out[i] = i < half ? -1 + step * i : 1 - step * (k - 1 - i);
+    for (var i = 0; i < k; i++) out[i] = i < half ? M.fma(step, i, -1) : M.fma(-step, k - 1 - i, 1);
     return out;
   };
   M.nInformative = function (k, alpha) {  // n_informative: ⌈αK⌉, float noise rounded away, in [1, K]
@@ -84,11 +93,12 @@
     for (i = 0; i < neg.length; i++) { dneg[i] = e[i + 1] / s / tau; dpos -= dneg[i]; }
     return {pos: dpos, neg: dneg};
   };
-  M.histc = function (x, bins, lo, hi) {  // torch.histc
+  M.histc = function (x, bins, lo, hi) {  // torch.histc on the CPU: a value's bin by one division, the last bin closed
     var out = new Array(bins).fill(0);
     for (var i = 0; i < x.length; i++) {
-      if (x[i] < lo || x[i] > hi) continue;
-      out[Math.min(bins - 1, Math.floor((x[i] - lo) * bins / (hi - lo)))] += 1;
+      var v = x[i];
+      if (!(v >= lo && v <= hi)) continue;
+      out[Math.min(bins - 1, Math.trunc((v - lo) * bins / (hi - lo)))] += 1;
     }
     return out;
   };
@@ -107,6 +117,10 @@
   // on a touch screen no drag-zoom, so that a swipe over a plot scrolls the page.
   var TOUCH = !!(window.matchMedia && window.matchMedia("(pointer: coarse)").matches);
   var CONFIG = {displaylogo: false, responsive: true, scrollZoom: false};
+  // On a touch screen plotly's toolbar would sit over every title (it shows on a tap): none there. The 3-D sphere is
+  // drawn as a still picture on a touch screen, so that a finger over it scrolls the page (scrubbing and ▶ play move it).
+  if (TOUCH) CONFIG.displayModeBar = false;
+  var STILL = Object.assign({}, CONFIG, {staticPlot: TOUCH});
   function fitScreen(layout) {
     delete layout.width; delete layout.uirevision; layout.autosize = true;
     if (TOUCH) {
@@ -144,6 +158,66 @@
     if (!(hi >= lo)) return null;
     var pad = 0.05 * (hi - lo || Math.abs(hi) || 1);
     return [lo - pad, hi + pad];
+  }
+  // After a full draw: a title or axis title wider than its figure is wrapped at spaces, an annotation that reaches
+  // past an edge is shifted back in, and a legend wider than the figure goes under the plot, one entry a row. Plotly
+  // draws at whatever width the column has (a phone's 360 px), so this is measured, not guessed. `keep` (the
+  // figure's own layout object, for the explorer's figures) receives the same changes, so that later redraws keep them.
+  function wrapText(text, lines) {
+    var words = String(text).replace(/<br>/g, " ").split(" "), per = Math.ceil(words.join(" ").length / lines), out = [], line = "";
+    words.forEach(function (w) { if (line && (line + " " + w).length > per) { out.push(line); line = w; } else line = line ? line + " " + w : w; });
+    if (line) out.push(line);
+    return out.join("<br>");
+  }
+  function unclip(div, keep, again) {
+    var svg = div.querySelector && div.querySelector("svg.main-svg");
+    if (!svg || !div.layout) return Promise.resolve();
+    var box = svg.getBoundingClientRect(), L = div._fullLayout || {}, up = {}, pad = 2;
+    if (!(box.width > 0)) return Promise.resolve();
+    var past = function (e) { var r = e.getBoundingClientRect(); return r.width > 0 && (r.left < box.left - 0.5 || r.right > box.right + 0.5) ? r : null; };
+    var title = div.querySelector(".gtitle"), r;
+    if (title && (r = past(title))) {
+      var text = (L.title && L.title.text) || title.textContent, lines = Math.ceil(r.width / (box.width - 2 * pad - 20));
+      up["title.text"] = wrapText(text, lines);
+      up["margin.t"] = ((L.margin && L.margin.t) || 40) + 16 * (lines - 1);
+    }
+    ["xaxis", "xaxis2"].forEach(function (ax) {
+      var t = div.querySelector(".g-" + ax.replace("axis", "") + "title text");
+      if (t && L[ax] && L[ax].title && (r = past(t))) {
+        up[ax + ".title.text"] = wrapText(L[ax].title.text, Math.ceil(r.width / (L[ax]._length || box.width - 60)));
+        up[ax + ".automargin"] = true;
+      }
+    });
+    div.querySelectorAll(".annotation").forEach(function (a) {
+      var i = +(a.getAttribute("data-index") || 0), ann = (div.layout.annotations || [])[i];
+      if (!ann || !(r = past(a))) return;
+      if (r.width > box.width - 2 * pad) {  // wider than the figure: wrapped (and moved in on the next pass)
+        up["annotations[" + i + "].text"] = wrapText(ann.text, Math.ceil(r.width / (box.width - 2 * pad - 10)));
+        return;
+      }
+      var shift = r.left < box.left ? box.left + pad - r.left : box.right - pad - r.right;
+      up["annotations[" + i + "].xshift"] = (ann.xshift || 0) + shift;
+    });
+    var renames = [], legend = div.querySelector(".legend");
+    if (legend && [].some.call(legend.querySelectorAll(".legendtext"), past)) {  // one entry a row; a wide one wrapped
+      up["legend.orientation"] = "v"; up["legend.x"] = 0; up["legend.xanchor"] = "left";
+      legend.querySelectorAll(".traces").forEach(function (g) {
+        var d = g.__data__ && g.__data__[0], t = g.querySelector(".legendtext");
+        if (!d || !d.trace || !t || !(t.getBoundingClientRect().width > box.width / 2)) return;
+        var key = d.groupTitle ? "legendgrouptitle.text" : "name", text = d.groupTitle ? d.groupTitle.text : d.trace.name;
+        var change = {}; change[key] = wrapText(text, 2); renames.push([change, d.trace.index]);
+      });
+    }
+    if (!Object.keys(up).length) return Promise.resolve();
+    var renamed = function () {
+      return renames.reduce(function (p, r) { return p.then(function () { return Plotly.restyle(div, r[0], [r[1]]); }); }, Promise.resolve());
+    };
+    if (keep) Object.keys(up).forEach(function (path) {  // the same change in the figure's own layout
+      var parts = path.replace(/\[(\d+)\]/g, ".$1").split("."), o = keep;
+      for (var i = 0; i < parts.length - 1; i++) { o[parts[i]] = o[parts[i]] || {}; o = o[parts[i]]; }
+      if (!/xshift$/.test(path)) o[parts[parts.length - 1]] = up[path];
+    });
+    return Plotly.relayout(div, up).then(renamed).then(function () { if (!again) return unclip(div, keep, true); });
   }
   function plotLabel(div, f) {
     var t = f.layout.title; t = t && (t.text || t);
@@ -187,7 +261,10 @@
     var self = this, s = copy(spec.state);
     this.host = host; this.spec = spec; this.state = s; this.timings = []; this.figuresOnly = !!figuresOnly;
     host.ctlState = s; host.ctlTimings = this.timings; host.ctlExplorable = this;
-    if (figuresOnly) { this.figures(el("div", {"class": "ctl-x-figures"}, host)); return; }
+    if (figuresOnly) {  // "readout": with the readout above the figures, drawn in the same update
+      if (figuresOnly === "readout") { this.readout = el("div", {"class": "ctl-x-readout"}, host); this.checkNote = el("p", {"class": "ctl-x-refused"}, host); }
+      this.figures(el("div", {"class": "ctl-x-figures"}, host)); return;
+    }
     var panel = el("div", {"class": "ctl-x-controls"}, host), note = el("div", {"class": "ctl-x-readout"}, host);
     var grid = el("div", {"class": "ctl-x-figures"}, host);
     this.readout = note;
@@ -227,7 +304,7 @@
     // a reset, the presets (the paper's figure, each exercise's starting setting) and the state in the page's address
     var brow = el("div", {"class": "ctl-x-control ctl-x-buttons"}, col2);
     var reset = el("button", {type: "button", "data-ctl-control": "reset"}, brow, "↺ reset");
-    reset.addEventListener("click", function () { self.apply(spec.state); });
+    reset.addEventListener("click", function () { self.presetSelect.value = ""; self.apply(spec.state); });
     var prow = el("label", {"class": "ctl-x-control"}, col1);
     el("span", {"class": "ctl-x-desc"}, prow, "preset");
     var presets = el("select", {"data-ctl-control": "preset", "aria-label": "a preset setting"}, prow);
@@ -244,8 +321,14 @@
     this.presetSelect = presets;
     this.figures(grid);
     var fromUrl = readHash(spec);
-    if (fromUrl) Object.keys(fromUrl).forEach(function (key) { s[key] = fromUrl[key]; });
+    if (fromUrl) KEYS.forEach(function (key) { if (fromUrl[key] != null) s[key] = fromUrl[key]; });
     if (fromUrl) this.setControls();
+    if (fromUrl && fromUrl.refused.length) {  // said above the readout until the reader changes something
+      this.urlNote = el("p", {"class": "ctl-x-refused", role: "alert"}, host,
+                        "The page's address asked for " + fromUrl.refused.join("; ") + ": " +
+                        (fromUrl.refused.length > 1 ? "those were" : "that was") + " left out, and the explorer shows its default instead.");
+      host.insertBefore(this.urlNote, note);
+    }
   }
   TemperatureExplorer.prototype.figures = function (grid) {  // the four empty figures' divs
     var self = this;
@@ -265,16 +348,34 @@
     {label: "Exercise 3: the interval [s_α, 1] (α = 0.1)", state: {source: "spread", k: 256, tau: 0.2, alpha: 0.1, log_r: false}},
     {label: "Real digits' negatives, τ = 0.2", state: {source: "digits", k: 1796, tau: 0.2, alpha: 0.1, log_r: false}}];
   var HASH = "#explorer?", KEYS = ["tau", "alpha", "lam", "source", "k", "pos", "log_r"];
-  function readHash(spec) {  // the explorer's state from the page's address (#explorer?tau=…&…), checked against the ranges
+  // The explorer's state from the page's address (#explorer?tau=…&…), checked against the ranges: a set of negatives
+  // named there brings its own s_ii and caps K, as choosing it in the menu does (unless the address gives them too).
+  // What the address gets wrong is kept out and listed in out.refused, which the page says.
+  function readHash(spec) {
     if (location.hash.indexOf(HASH) !== 0) return null;
-    var q = new URLSearchParams(location.hash.slice(HASH.length)), out = {}, r = spec.ranges;
-    var num = function (key, lo, hi) { var v = Number(q.get(key)); if (q.has(key) && isFinite(v) && v >= lo && v <= hi) out[key] = v; };
-    if (q.has("source") && spec.sources[q.get("source")]) out.source = q.get("source");
+    var q = new URLSearchParams(location.hash.slice(HASH.length)), out = {refused: []}, r = spec.ranges;
+    var refuse = function (key, why) { out.refused.push(key + "=" + q.get(key) + " (" + why + ")"); };
+    var num = function (key, lo, hi, whole) {
+      if (!q.has(key)) return;
+      var v = Number(q.get(key));
+      if (q.get(key).trim() === "" || !isFinite(v) || v < lo || v > hi || (whole && v !== Math.round(v)))
+        refuse(key, (whole ? "a whole number" : "a number") + " in [" + lo + ", " + hi + "]");
+      else out[key] = v;
+    };
+    if (q.has("source")) {
+      if (spec.sources[q.get("source")]) out.source = q.get("source");
+      else refuse("source", "one of " + Object.keys(spec.sources).join(", "));
+    }
     var src = spec.sources[out.source || spec.state.source];
     num("tau", r.tau[0], r.tau[1]); num("alpha", r.alpha[0], r.alpha[1]); num("lam", r.lam[0], r.lam[1]);
-    num("pos", r.pos[0], r.pos[1]); num("k", 2, src.max_k);
-    if (out.k != null) out.k = Math.round(out.k);
-    if (q.has("log_r")) out.log_r = q.get("log_r") === "1";
+    num("pos", r.pos[0], r.pos[1]); num("k", 2, src.max_k, true);
+    if (out.source && out.pos == null && !q.has("pos")) out.pos = src.pos;
+    if (out.source && out.k == null && !q.has("k")) out.k = Math.min(spec.state.k, src.max_k);
+    if (q.has("log_r")) {
+      if (q.get("log_r") === "1" || q.get("log_r") === "0") out.log_r = q.get("log_r") === "1";
+      else refuse("log_r", "0 or 1");
+    }
+    Array.from(q.keys()).forEach(function (key) { if (KEYS.indexOf(key) < 0) refuse(key, "not a setting of the explorer"); });
     return out;
   }
   TemperatureExplorer.prototype.writeHash = function () {
@@ -303,6 +404,8 @@
   // drag draws its latest value instead of queueing every step it passed.
   TemperatureExplorer.prototype.request = function (what) {
     var self = this;
+    if (what !== "init" && this.presetSelect) this.presetSelect.value = "";  // a moved control: no preset is shown now
+    if (what !== "init" && this.urlNote) { this.urlNote.remove(); this.urlNote = null; }
     this.pending = this.pending || {};
     this.pending[what] = true;
     if (this.busy) return;
@@ -344,6 +447,8 @@
     if (redoSet || what.alpha || !this.sAlpha) {
       this.sAlpha = M.sAlpha(neg, s.alpha); this.nKept = M.nInformative(neg.length, s.alpha);
       F.penalty.layout.shapes[0].x0 = this.sAlpha;
+      var lab = F.penalty.layout.annotations[0];  // the label reads towards the middle of the axis, where it has room
+      lab.xanchor = this.sAlpha > 0 ? "right" : "left"; lab.xshift = 0;
       F.entropy.data[1].x = taus; F.entropy.data[1].y = M.entropyCurve(neg, taus, s.alpha);
       F.entropy.data[5].x = [taus[0], taus[taus.length - 1]]; F.entropy.data[5].y = [Math.log(this.nKept), Math.log(this.nKept)];
     }
@@ -394,11 +499,23 @@
       }
       fitAxes(fig, ranges[name]);
       fig.layout.datarevision = (fig.layout.datarevision || 0) + 1;
-      return Plotly.react(div, fig.data, fig.layout, CONFIG);
+      return Plotly.react(div, fig.data, fig.layout, CONFIG).then(function () { return unclip(div, fig.layout); });
     });
     if (!this.figuresOnly && (!what.init || location.hash.indexOf(HASH) === 0 || this.touched)) this.writeHash();
     if (!what.init) this.touched = true;
     return Promise.all(drawn).then(function () { self.drawn = true; self.timings.push(performance.now() - t0); s.updates = (s.updates || 0) + 1; });
+  };
+  // The kernel's numbers for the settings it last saw (lesson 02 in JupyterLab): when they are the settings shown, the
+  // readout's numbers must agree with them to 1e-9; host.dataset.ctlConfirmed says "yes", or "no" with the note shown.
+  TemperatureExplorer.prototype.confirm = function (kernel) {
+    var s = this.state, near = function (a, b, tol) { return Math.abs(a - b) <= tol * Math.max(1, Math.abs(b)); };
+    if (!kernel || !this.neg || kernel.source !== s.source || kernel.k !== s.k || !near(kernel.tau, s.tau, 1e-12) ||
+        !near(kernel.alpha, s.alpha, 1e-12) || !near(kernel.lam, s.lam, 1e-12) || !near(kernel.pos, s.pos, 1e-12)) return null;
+    var mine = {h: this.h, h_hard: this.hHard, loss: this.loss, n_kept: this.nKept, s_alpha: this.sAlpha}, off = [];
+    Object.keys(mine).forEach(function (key) { if (!near(mine[key], kernel[key], 1e-9)) off.push(key + " " + mine[key] + " here, " + kernel[key] + " in the kernel"); });
+    this.host.dataset.ctlConfirmed = off.length ? "no" : "yes"; this.host.dataset.ctlConfirmedTau = String(s.tau);
+    if (this.checkNote) this.checkNote.textContent = off.length ? "The kernel computes other numbers for these settings: " + off.join("; ") : "";
+    return !off.length;
   };
   TemperatureExplorer.prototype.readoutHtml = function () {
     var s = this.state, neg = this.neg, k = neg.length, r = this.r, rh = this.rHard;
@@ -468,18 +585,27 @@
     if (!this.decoded[run.key]) this.decoded[run.key] = decode(run.frames, this.spec.scale);
     return this.decoded[run.key];
   };
+  // ▶ play keeps the designed pace, one frame every frame_ms: the frame shown is the one the clock has reached, so a
+  // slow machine drops frames rather than stretching the replay; the last frame is always shown, and ends it.
   Replay.prototype.start = function () {
-    var self = this, s = this.state, last = this.spec.frame_steps.length - 1;
+    var self = this, s = this.state, last = this.spec.frame_steps.length - 1, ms = this.spec.frame_ms;
     if (s.frame >= last) s.frame = 0;
-    s.playing = true; this.play.textContent = "❚❚ pause";
-    this.timer = setInterval(function () {
-      if (s.frame >= last) { self.stop(); return; }
-      s.frame += 1; self.scrub.value = s.frame; self.show();
-    }, this.spec.frame_ms);
+    var first = s.frame, t0 = performance.now(), token = {};
+    s.playing = true; this.play.textContent = "❚❚ pause"; this.timer = token; this.playStart = t0;
+    (function tick() {
+      if (self.timer !== token) return;
+      var due = Math.min(last, first + Math.floor((performance.now() - t0) / ms));
+      var drawn = due !== s.frame ? (s.frame = due, self.scrub.value = due, self.show()) : null;
+      if (due >= last) { Promise.resolve(drawn).then(function () { if (self.timer === token) self.stop(); }); return; }
+      Promise.resolve(drawn).then(function () {  // the next frame when it is due, not before
+        var wait = t0 + (due + 1 - first) * ms - performance.now();
+        setTimeout(function () { requestAnimationFrame(tick); }, Math.max(0, wait - 8));
+      });
+    })();
     this.show();
   };
   Replay.prototype.stop = function () {
-    if (this.timer) clearInterval(this.timer);
+    if (this.timer) this.state.played_ms = performance.now() - this.playStart;  // how long the play took, for the tests
     this.timer = null; this.state.playing = false; this.play.textContent = "▶ play";
   };
   Replay.prototype.show = function () {
@@ -497,7 +623,8 @@
     var steps = []; for (var j = 0; j <= step; j++) steps.push(j);
     F.history.data[0].x = steps; F.history.data[0].y = run.uniformity.slice(0, step + 1);
     F.history.data[1].x = steps; F.history.data[1].y = run.tolerance.slice(0, step + 1);
-    F.history.layout.xaxis.range = [0, spec.frame_steps[spec.frame_steps.length - 1]];
+    var lastStep = spec.frame_steps[spec.frame_steps.length - 1];
+    F.history.layout.xaxis.range = [-0.04 * lastStep, 1.04 * lastStep];  // room for the first and last points' markers
     F.history.layout.yaxis.range = spec.uniformity_range; F.history.layout.yaxis2.range = spec.tolerance_range;
     this.stepLabel.textContent = "step " + step + " of " + spec.frame_steps[spec.frame_steps.length - 1];
     var u = run.uniformity[step], tol = run.tolerance[step];
@@ -506,8 +633,9 @@
       ") · <b>tolerance</b> = " + tol.toFixed(3) + " (start: " + run.tolerance[0].toFixed(3) + ")";
     return Promise.all(["sphere", "history"].map(function (name) {
       F[name].layout.datarevision = (F[name].layout.datarevision || 0) + 1;
-      return Plotly.react(self.divs[name], F[name].data, F[name].layout, CONFIG);
-    })).then(function () { s.shown = (s.shown || 0) + 1; });
+      return Plotly.react(self.divs[name], F[name].data, F[name].layout, name === "sphere" ? STILL : CONFIG)
+        .then(function () { if (!self.unclipped) return unclip(self.divs[name]); });
+    })).then(function () { self.unclipped = true; s.shown = (s.shown || 0) + 1; });
   };
 
   // ---- a stepper: figures the library drew for every combination of a few discrete controls ---------------------
@@ -534,7 +662,7 @@
     this.note.innerHTML = shown.note || "";
     return Promise.all(shown.figures.map(function (f, i) {
       var fig = copy(f); fig.layout.template = self.spec.template; fitScreen(fig.layout);
-      return Plotly.react(self.divs[i], fig.data, fig.layout, CONFIG);
+      return Plotly.react(self.divs[i], fig.data, fig.layout, CONFIG).then(function () { return unclip(self.divs[i]); });
     })).then(function () { s.shown = (s.shown || 0) + 1; });
   };
 

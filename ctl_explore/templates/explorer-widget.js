@@ -1,6 +1,7 @@
 // Lesson 02's temperature explorer in JupyterLab: its four figures, computed and drawn in the browser by the site's
 // port of the library (explorables.js, loaded before this) from the traits its ipywidgets sliders are linked to
-// (jslink), so a slider's move redraws with no round trip to the kernel: one redraw per change, of the figures it moves.
+// (jslink), so a slider's move redraws with no round trip to the kernel: one redraw per change, of the figures it moves,
+// and of the readout above them. The kernel's numbers come after, and only confirm the readout (or say where they differ).
 const KINDS = {tau: "tau", alpha: "alpha", lam: "lam", pos: "pos", k: "k", log_r: "log_r", source_index: "source"};
 
 function render({ model, el }) {
@@ -9,7 +10,7 @@ function render({ model, el }) {
   host.className = "ctl-explorable ctl-live-figures";
   host.setAttribute("data-ctl-explorable", "temperature-explorer-figures");
   el.appendChild(host);
-  const x = new globalThis.ctlExplorables.TemperatureExplorer(host, spec, true);
+  const x = new globalThis.ctlExplorables.TemperatureExplorer(host, spec, "readout");  // the readout is drawn here too
   const read = () => {
     const s = x.state;
     s.tau = model.get("tau"); s.alpha = model.get("alpha"); s.lam = model.get("lam"); s.pos = model.get("pos");
@@ -20,6 +21,12 @@ function render({ model, el }) {
     model.on("change:" + trait, on);
     return [trait, on];
   });
+  // the kernel confirms: its numbers for the settings it last saw, checked against the page's own (after the redraw)
+  const confirm = () => { const k = model.get("kernel"); if (!x.busy) x.confirm(k); else setTimeout(confirm, 20); };
+  model.on("change:kernel", confirm);
+  const update = x.update.bind(x);  // and after each redraw, against the kernel's latest numbers
+  x.update = (what) => update(what).then((done) => { x.confirm(model.get("kernel")); return done; });
+  handlers.push(["kernel", confirm]);
   // the first draw once the output is on the page (plotly sizes a figure to its div), then a redraw at each new width
   let frame = null, width = 0;
   const start = () => {

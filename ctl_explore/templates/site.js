@@ -29,7 +29,8 @@
       var target = document.createElement("div");
       div.appendChild(target);
       var layout = fit(fig.layout || {}, div);
-      var config = Object.assign({responsive: true, displaylogo: false}, fig.config || {}, {scrollZoom: false});
+      var config = Object.assign({responsive: true, displaylogo: false}, fig.config || {}, {scrollZoom: false},
+                                 touch ? {displayModeBar: false} : {});  // on a touch screen plotly's toolbar would cover the title
       return Plotly.newPlot(target, fig.data || [], layout, config);
     });
     var live = Promise.resolve().then(function () { return window.ctlExplorables && window.ctlExplorables.init(); });
