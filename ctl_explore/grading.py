@@ -319,7 +319,7 @@ def _execute(nb, work: Path, time_limit: float, env: dict, sandbox: Sandbox, rea
                     watchdog.daemon = True
                     t0 = time.monotonic(); watchdog.start()
                     try: client.execute_cell(cell, i)
-                    except DeadKernelError: dead = i; break
+                    except DeadKernelError: dead, ran = i, time.monotonic() - t0; break
                     finally: watchdog.cancel()
                     events += _cell_events(cell, i, time_limit, time.monotonic() - t0 >= time_limit)
                     for o in cell.get("outputs", []):
@@ -332,7 +332,8 @@ def _execute(nb, work: Path, time_limit: float, env: dict, sandbox: Sandbox, rea
             break
         finally: kill()
         if dead is None: break
-        events.append(("timeout", f"cell {dead + 1} ran past the {time_limit:g} s limit, ignored the interrupt and was killed; graded again without that cell")
+        events.append(("timeout", f"cell {dead + 1} ran past the {time_limit:g} s limit, ignored the interrupt and was killed from outside after "
+                                  f"{ran:.0f} s; graded again without that cell")
                       if fired else
                       ("crashed", f"the kernel died while running cell {dead + 1}; graded again without that cell"))
         dropped.add(dead)
@@ -386,11 +387,11 @@ def grade_notebook(path: str | Path, student: str | None = None, time_limit: flo
         rows += [dict(student=student, lesson=",".join(lessons), exercise="(notebook)", status=s, reason=e, prediction="", came_true="")
                  for s, e in events]
         answers = _answers_out(nb)
-        host = dict(argv=sandbox.command([sys.executable, str(scratch / "host" / "answer_host.py")], scratch, False),
-                    script=str(scratch / "host" / "answer_host.py"))
-        (scratch / "host").mkdir(exist_ok=True)
-        shutil.copyfile(LIBRARY_DIR / "answer_host.py", scratch / "host" / "answer_host.py")
-        sandbox.prepare(scratch / "host")
+        hosting = Path(tmp) / "host"  # the answer host's own folder: nothing the kernel left (a file cache, say) is in it
+        hosting.mkdir()
+        shutil.copyfile(LIBRARY_DIR / "answer_host.py", hosting / "answer_host.py")
+        sandbox.prepare(hosting)
+        host = dict(argv=sandbox.command([sys.executable, str(hosting / "answer_host.py")], hosting, False))
         for lesson in lessons:
             for r in _grade_in_child(lesson, answers, source, predictions, host, time_limit):
                 rows.append(dict(student=student, lesson=lesson, **{k: r.get(k) for k in ROW_FIELDS[2:]}))
@@ -449,9 +450,23 @@ def _bound(node) -> set:
         elif not isinstance(n, (ast.Lambda,)): stack.extend(ast.iter_child_nodes(n))
     return found
 
+def _uses(node) -> tuple[set, set]:
+    "The names a top-level statement reads when it runs, and those its functions' bodies read when they are called."
+    now, late, stack = set(), set(), [(node, False)]
+    while stack:
+        n, inside = stack.pop()
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load): (late if inside else now).add(n.id)
+        body = isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        for child in ast.iter_child_nodes(n):
+            # a function's defaults and decorators run now; its body later
+            late_child = inside or (body and child not in getattr(n, "decorator_list", []) and child is not getattr(n, "args", None))
+            stack.append((child, late_child))
+    return now, late
+
 def answer_sources(nb, names) -> dict[str, list[str]]:
     """For each answer name, the statements of the notebook (as submitted, never run by the grader) that rebuild it: the last
-    top-level statement binding it, then, for every name that one uses, the last statement binding that name, and so on;
+    top-level statement binding it, then, for every name that one reads, the statement binding that name last before it
+    (for a name read inside a function's body, last in the notebook: it is read when the function is called), and so on;
     in the notebook's order. IPython's magics and shell lines are left out; a cell that does not parse is left out."""
     import builtins
     statements = []
@@ -463,19 +478,19 @@ def answer_sources(nb, names) -> dict[str, list[str]]:
         for node in tree.body:
             src = ast.get_source_segment(text, node)
             if getattr(node, "decorator_list", None): src = ast.unparse(node)
-            uses = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - set(dir(builtins))
-            statements.append((src, _bound(node), uses))
+            now, late = (u - set(dir(builtins)) for u in _uses(node))
+            statements.append((src, _bound(node), now, late))
     out = {}
     for name in names:
-        chosen, need, seen = set(), [name], set()
+        chosen, need, seen = set(), [(name, len(statements))], set()
         while need:
-            n = need.pop()
-            if n in seen: continue
-            seen.add(n)
-            i = next((j for j in range(len(statements) - 1, -1, -1) if n in statements[j][1]), None)
+            n, before = need.pop()
+            if (n, before) in seen: continue
+            seen.add((n, before))
+            i = next((j for j in range(before - 1, -1, -1) if n in statements[j][1]), None)
             if i is None or i in chosen: continue
             chosen.add(i)
-            need += sorted(statements[i][2])
+            need += [(u, i) for u in sorted(statements[i][2])] + [(u, len(statements)) for u in sorted(statements[i][3])]
         out[name] = [statements[i][0] for i in sorted(chosen)]
     return out
 
@@ -580,10 +595,14 @@ def grade(paths, out: str | Path = "grades.csv", time_limit: float = 120, echo=p
 def _solutions_dir() -> Path:
     return Path(__file__).resolve().parent.parent / "nbs" / "solutions"
 
+def _keep_tex(tex: str) -> str:
+    "LaTeX with every backslash before punctuation doubled: markdown takes a backslash before a comma, a bar or a brace for an escape, and drops it."
+    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\\\\\1", tex)
+
 def _math(text: str) -> str:
     "Markdown whose $…$ and $$…$$ survive the markdown renderer as MathJax's \\( … \\) and \\[ … \\]."
-    text = re.sub(r"\$\$(.+?)\$\$", lambda m: "\\\\[" + m.group(1) + "\\\\]", text, flags=re.S)
-    return re.sub(r"(?<![\\$])\$(.+?)\$", lambda m: "\\\\(" + m.group(1).replace("_", "\\_").replace("*", "\\*") + "\\\\)", text)
+    text = re.sub(r"\$\$(.+?)\$\$", lambda m: "\\\\[" + _keep_tex(m.group(1)) + "\\\\]", text, flags=re.S)
+    return re.sub(r"(?<![\\$])\$(.+?)\$", lambda m: "\\\\(" + _keep_tex(m.group(1)).replace("_", "\\_").replace("*", "\\*") + "\\\\)", text)
 
 ANSWER_KEY_MARKER = ".ctl_explore_answer_key"  # the file that makes a folder the answer key's own
 _KEY_TITLE = "<title>ctl_explore: the answer key</title>"
