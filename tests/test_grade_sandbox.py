@@ -196,3 +196,48 @@ def test_the_first_prediction_is_graded_and_a_change_reported(tmp_path):
     (row,) = [r for r in rows if r["exercise"] == "00.4"]
     assert row["status"] == "passed" and row["came_true"] is False, row
     assert "changed after it was recorded" in row["reason"] and "1000.0" in row["reason"], row
+
+
+# ---------------------------------------------------------------- the bypass classes, per data-valued check
+
+class Everything(float):
+    "A float equal to everything."
+    def __eq__(self, other): return True
+    def __ne__(self, other): return False
+    __hash__ = float.__hash__
+
+
+class EveryInt(int):
+    "An int equal to everything."
+    def __eq__(self, other): return True
+    def __ne__(self, other): return False
+    __hash__ = int.__hash__
+
+
+def _through_the_grader(x):
+    "What the checks receive of `x` when it is graded: its plain data, read back (the JSON the grader reads)."
+    return from_plain(json.loads(json.dumps(to_plain(x))))
+
+
+# exercise -> (its answer's shape, filled with objects that claim to equal anything)
+LIARS = {"01.3": Everything(0.05), "02.1": Everything(0.01), "02.3": (Everything(0.25), EveryInt(1)),
+         "12.1": EveryInt(1), "12.2": EveryInt(1), "12.3": ("zero", Everything(0.0)), "15.1": EveryInt(1),
+         "15.2": Everything(0.2), "15.3": EveryInt(1), "07.1": (Everything(0.1), Everything(0.1)), "09.3": (EveryInt(1), Everything(2.0), EveryInt(3))}
+
+
+@pytest.mark.parametrize("key", sorted(LIARS))
+def test_objects_that_equal_everything_arrive_as_plain_numbers_and_are_refused(key):
+    import ctl_explore.exercises as ex
+    answer = _through_the_grader(LIARS[key])
+    flat = answer if isinstance(answer, tuple) else (answer,)
+    assert all(type(v) in (int, float, str) for v in flat), answer
+    with pytest.raises(AssertionError): ex.CHECKS[key](answer)
+
+
+def test_a_tensor_subclass_that_compares_equal_arrives_as_a_tensor():
+    import torch
+    class Sly(torch.Tensor):
+        def __eq__(self, other): return torch.ones_like(self, dtype=torch.bool)
+    sly = torch.tensor([1.0, 2.0]).as_subclass(Sly)
+    back = _through_the_grader(sly)
+    assert type(back) is torch.Tensor and back.tolist() == [1.0, 2.0]
