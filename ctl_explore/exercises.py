@@ -423,7 +423,8 @@ class AnswerHost:
         self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      start_new_session=True, env=dict(env, HOME="/tmp", PYTHONDONTWRITEBYTECODE="1"))
         self._buffer = b""
-        self.described = self._send(dict(statements=self.statements, names=self.names), "rebuilding the answers", CHILD_TIMEOUT)
+        # torch's import is in it (seconds on a busy machine), and the statements run: the time limit, with a minute at least
+        self.described = self._send(dict(statements=self.statements, names=self.names), "rebuilding the answers", max(self.time_limit, 60.0))
 
     def _send(self, msg: dict, what: str, timeout: float) -> dict:
         import selectors
@@ -456,7 +457,8 @@ class AnswerHost:
         from ctl_explore.answer_host import Unsupported, from_plain
         if self.described is None:
             try: self._start()
-            except AssertionError as e: return Unsupported(f"missing: {e}")
+            except AssertionError as e:
+                self.described = {n: {"t": "missing", "why": str(e)} for n in self.names}  # not started again for the other answers
         def code(d):
             if d["t"] == "fn": return RemoteFunction(self, d["path"])
             if d["t"] == "autograd": return RemoteAutograd(self, d["path"])
