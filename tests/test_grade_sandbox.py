@@ -241,3 +241,21 @@ def test_a_tensor_subclass_that_compares_equal_arrives_as_a_tensor():
     sly = torch.tensor([1.0, 2.0]).as_subclass(Sly)
     back = _through_the_grader(sly)
     assert type(back) is torch.Tensor and back.tolist() == [1.0, 2.0]
+
+
+def test_the_hosts_tripwires_catch_sparse_softmax_and_work_in_a_thread():
+    "The answer host (here as a plain process: its tripwires are its own) refuses torch's sparse softmax where softmax is banned, and a thread where work is counted."
+    import torch
+    from ctl_explore.exercises import AnswerHost, RemoteFunction, _Banned
+    statements = ["import torch, threading",
+                  "def sparse(x):\n    return torch.sparse.softmax(x.to_sparse(), 1).to_dense()",
+                  "def threaded(q, bank):\n    out = {}\n    t = threading.Thread(target=lambda: out.update(s=q @ bank.T))\n    t.start(); t.join()\n    return out['s'].sum()"]
+    host = AnswerHost([sys.executable, str(LIBRARY_DIR / "answer_host.py")], statements, ["sparse", "threaded"], 60)
+    try:
+        sparse, threaded = host.value("sparse"), host.value("threaded")
+        assert isinstance(sparse, RemoteFunction) and isinstance(threaded, RemoteFunction)
+        sparse.ban = True
+        with pytest.raises(_Banned): sparse(torch.ones(2, 3))
+        assert "torch's _sparse_softmax" in host.report()["used"]
+        with pytest.raises(_Banned, match="thread"): threaded.call((torch.ones(2, 4), torch.ones(5, 4)), work=True)
+    finally: host.close()
