@@ -6,6 +6,8 @@
 from __future__ import annotations
 
 import argparse
+import ast
+import functools
 import csv
 import importlib.util
 import contextlib
@@ -22,17 +24,117 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from dataclasses import dataclass
 
-import cloudpickle
-
-from .exercises import EXERCISES, _in_child, exercises_of
+from .exercises import EXERCISES, LIBRARY_DIR, PREDICTION_MIME, _in_child, exercises_of
 from .run_folders import RunFolderError, write_atomic, write_json_atomic
 
 # %% auto #0
-__all__ = ['ROW_FIELDS', 'SENTINEL', 'GRADE_TMP_PREFIX', 'GRADE_TOKEN_ENV', 'MAX_TIME_LIMIT', 'ANSWER_KEY_MARKER', 'lessons_of',
-           'OutRefused', 'adopting', 'kill_marked', 'remove_stale_gradings', 'grade_notebook', 'submissions',
+__all__ = ['SANDBOX_UID', 'DEFAULT_MEMORY_GB', 'DEFAULT_PROCESSES', 'UNSAFE_WARNING', 'ROW_FIELDS', 'SENTINEL',
+           'GRADE_TMP_PREFIX', 'GRADE_TOKEN_ENV', 'ANSWERS_MIME', 'KILL_GRACE', 'MAX_DUMP', 'MAX_TIME_LIMIT',
+           'ANSWER_KEY_MARKER', 'SandboxUnavailable', 'Sandbox', 'find_sandbox', 'lessons_of', 'OutRefused', 'adopting',
+           'kill_marked', 'remove_stale_gradings', 'grade_notebook', 'answer_sources', 'submissions',
            'check_time_limit', 'check_grades_out', 'grade', 'check_key_out', 'answer_key', 'add_commands',
            'run_command']
+
+# %% ../nbs/98_grading.ipynb #5dda8af2
+SANDBOX_UID = 65534  # the unprivileged user (nobody) a sandbox runs as when the grader is root
+DEFAULT_MEMORY_GB = 8.0    # address space per sandboxed process
+DEFAULT_PROCESSES = 256    # processes and threads of the sandbox's user
+
+class SandboxUnavailable(RuntimeError):
+    "No sandbox works on this machine: the grader refuses to run students' code unless told `--unsafe`."
+
+# Run inside the sandbox before the submission's process: the limits, then (for a root grader) the unprivileged user.
+_LAUNCHER = """import os, resource, sys
+mem, nproc, drop = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "drop"
+resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+resource.setrlimit(resource.RLIMIT_FSIZE, (2**30, 2**30))
+if drop and os.getuid() == 0:
+    os.setgroups([]); os.setgid(%d); os.setuid(%d)
+os.execv(sys.argv[4], sys.argv[4:])
+""" % (SANDBOX_UID, SANDBOX_UID)
+
+_ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf", "passwd", "group", "fonts", "alternatives", "mime.types")
+
+@dataclass(frozen=True)
+class Sandbox:
+    """Where a submission's processes run. `kind` "bwrap": Debian's bubblewrap, with new namespaces (processes, network: none
+    but its own loopback, IPC, hostname), a root made of read-only system and Python folders, the library where asked, and
+    one writable folder; the address space and the number of processes limited; killed with the grader. `kind` "none"
+    (`--unsafe`): the same limits, the instructor's files and network in reach."""
+    kind: str = "bwrap"
+    memory_gb: float = DEFAULT_MEMORY_GB
+    processes: int = DEFAULT_PROCESSES
+
+    def command(self, argv: list[str], writable: Path, library: bool, read_only=(), cwd: Path | None = None) -> list[str]:
+        "`argv` wrapped: run in the sandbox with `writable` its one writable folder (`cwd`, in it, its working folder), the library importable only if `library`."
+        limits = [sys.executable, "-S", "-c", _LAUNCHER, str(int(self.memory_gb * 2**30)), str(self.processes),
+                  "drop" if self.kind == "bwrap" else "keep"]  # without a sandbox the notebook runs as the instructor, as --unsafe says
+        if self.kind == "none": return limits + [shutil.which(argv[0]) or argv[0]] + list(argv[1:])
+        root = os.geteuid() == 0
+        args = ["bwrap", "--die-with-parent", "--new-session", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
+                "--unshare-cgroup-try", "--hostname", "sandbox"]
+        args += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"] if root else ["--unshare-user"]
+        args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm", "--ro-bind", "/usr", "/usr"]
+        for link in ("bin", "lib", "lib32", "lib64", "sbin"):
+            p = Path("/") / link
+            if p.is_symlink(): args += ["--symlink", os.readlink(p), str(p)]
+            elif p.is_dir(): args += ["--ro-bind", str(p), str(p)]
+        for name in _ETC: args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+        args += ["--ro-bind-try", "/sys/devices/system/cpu", "/sys/devices/system/cpu"]
+        pythons = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
+        pythons |= {Path(p).resolve() for p in sys.path if p and Path(p).is_dir() and "site-packages" in p}
+        for p in sorted(pythons):
+            if not any(p != q and p.is_relative_to(q) for q in pythons): args += ["--ro-bind", str(p), str(p)]
+        lib = LIBRARY_DIR
+        if library: args += ["--ro-bind", str(lib), str(lib)]
+        elif any(lib.is_relative_to(q) for q in pythons): args += ["--tmpfs", str(lib)]  # an installed library, hidden
+        for p in read_only: args += ["--ro-bind", str(p), str(p)]
+        args += ["--unsetenv", "JPY_PARENT_PID"]  # its parent is the sandbox's first process, pid 1, which ipykernel takes for an orphan's
+        args += ["--bind", str(writable), str(writable), "--chdir", str(cwd or writable), "--"]
+        # the folders above each mount, made first and readable (bubblewrap would make them 0700, closed to `nobody`)
+        first = args.index("--ro-bind")
+        binds = [Path(args[k + 2] if args[k] != "--tmpfs" else args[k + 1]) for k in range(first, len(args) - 1)
+                 if args[k] in ("--ro-bind", "--ro-bind-try", "--bind", "--tmpfs")]
+        parents = {a for b in binds for a in b.parents if a != Path("/") and not any(a.is_relative_to(c) for c in binds)}
+        dirs = [x for p in sorted(parents, key=lambda p: len(p.parts)) for x in ("--perms", "0755", "--dir", str(p))]
+        args[first:first] = dirs
+        return args + limits + [shutil.which(argv[0]) or argv[0]] + list(argv[1:])
+
+    def prepare(self, folder: Path) -> None:
+        "Make `folder` (and what is in it) the sandbox's own: its user may write there, and nowhere else."
+        if self.kind == "bwrap" and os.geteuid() == 0:
+            for p in [folder, *folder.rglob("*")]:
+                if not p.is_symlink(): os.chown(p, SANDBOX_UID, SANDBOX_UID)
+
+@functools.lru_cache(maxsize=None)
+def _bwrap_works() -> str | None:
+    "None when a bubblewrap sandbox starts here (and runs this Python), else why not."
+    if shutil.which("bwrap") is None: return "bubblewrap (bwrap) is not installed: apt-get install bubblewrap"
+    with tempfile.TemporaryDirectory(prefix="ctl-sandbox-probe-") as d:
+        box = Sandbox("bwrap")
+        os.chmod(d, 0o755); box.prepare(Path(d))
+        try: done = subprocess.run(box.command([sys.executable, "-c", "import os; open('ok', 'w').write(str(os.getuid()))"], Path(d), False),
+                                   capture_output=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as e: return f"bwrap could not be started ({e})"
+        if done.returncode != 0 or not (Path(d) / "ok").exists():
+            return f"bwrap fails here ({(done.stderr.decode(errors='replace').strip().splitlines() or ['no message'])[-1]})"
+    return None
+
+UNSAFE_WARNING = ("--unsafe: the submissions run WITHOUT a sandbox, as you, with your files and your network in reach: a notebook "
+                  "can read or change anything you can, including other students' submissions and the grader itself")
+
+def find_sandbox(unsafe: bool = False, memory_gb: float = DEFAULT_MEMORY_GB, processes: int = DEFAULT_PROCESSES) -> Sandbox:
+    "The sandbox to grade in, chosen now: bubblewrap where it works; without one, `SandboxUnavailable` unless `unsafe`."
+    if unsafe: return Sandbox("none", memory_gb, processes)
+    why = _bwrap_works()
+    if why is None: return Sandbox("bwrap", memory_gb, processes)
+    raise SandboxUnavailable(f"no sandbox works on this machine ({why}), so students' notebooks are not run: install bubblewrap "
+                             "where user namespaces are allowed, or grade with --unsafe on a machine you can afford to lose")
+
 
 # %% ../nbs/98_grading.ipynb #b8f98159
 ROW_FIELDS = ("student", "lesson", "exercise", "status", "reason", "prediction", "came_true")
@@ -139,51 +241,119 @@ def remove_stale_gradings() -> list[Path]:
         removed.append(folder)
     return removed
 
-def _dump_cell(names: list[str], target: Path) -> str:
-    "A cell that pickles the answers' variables, each on its own (one that cannot be pickled is left out)."
-    return ("import cloudpickle as _g_cp\nfrom ctl_explore.exercises import dumps as _g_dumps\n"
+ANSWERS_MIME = "application/vnd.ctl-explore.answers+json"  # the last cell's output: the answers, as plain data
+KILL_GRACE = 5.0   # seconds a cell has, after its interrupt at the time limit, before its sandbox is killed from outside
+MAX_DUMP = 64 * 2**20  # characters of answers a notebook may send back
+
+def _dump_cell(names: list[str]) -> str:
+    "The cell run last in the submission's kernel: its answers' values as plain data (`to_plain`: numbers, strings, lists; a function only marked, to be rebuilt from its source), shown as one output."
+    return ("from IPython.display import publish_display_data as _g_pub\nfrom ctl_explore.answer_host import to_plain as _g_plain\n"
             f"_g_out = {{}}\nfor _g_n in {names!r}:\n"
             "    if _g_n in globals():\n"
-            "        try: _g_out[_g_n] = _g_dumps(globals()[_g_n])\n"
-            "        except Exception: pass\n"
-            f"open({str(target)!r}, 'wb').write(_g_cp.dumps(_g_out))\n")
+            "        try: _g_out[_g_n] = _g_plain(globals()[_g_n])\n"
+            "        except Exception as _g_e: _g_out[_g_n] = {'t': 'other', 'type': 'unreadable: ' + type(_g_e).__name__}\n"
+            f"_g_pub({{{ANSWERS_MIME!r}: _g_out}})\n")
 
-def _execute(nb, work: Path, time_limit: float, env: dict) -> tuple[list[str], set]:
-    "Run `nb`'s cells one by one in a fresh kernel in `work`; the events to report and the cells left out because they killed the kernel. Each kernel's connection file lies in `work`'s parent (the grading's temporary folder), so it goes with that folder."
+_INTERRUPTS = ("KeyboardInterrupt", "TrainingInterrupted", "StudyInterrupted")
+_REFUSED = (("Read-only file system", "wrote outside its folder"), ("Permission denied", "reached a file it may not"),
+            ("Network is unreachable", "reached for the network"), ("Temporary failure in name resolution", "reached for the network"),
+            ("Name or service not known", "reached for the network"), ("Resource temporarily unavailable", "started too many processes"),
+            ("Cannot allocate memory", "used more memory than its limit"))
+
+def _cell_events(cell, i: int, limit: float, interrupted: bool) -> list[tuple[str, str]]:
+    "(status, reason) for what cell `i`'s outputs show: an interrupt, a sandbox's refusal, a memory limit."
+    events = []
+    for o in cell.get("outputs", []):
+        if o.get("output_type") != "error": continue
+        name, value = str(o.get("ename", "")), str(o.get("evalue", ""))
+        if name in _INTERRUPTS:
+            events.append(("loop", f"cell {i + 1} ran past the {limit:g} s limit and was interrupted") if interrupted else
+                          ("interrupted", f"cell {i + 1} was interrupted ({name}: {value[:120]})"))
+        elif name == "MemoryError": events.append(("violation", f"cell {i + 1} used more memory than the sandbox's limit (MemoryError)"))
+        else:
+            hit = next((why for text, why in _REFUSED if text in value), None)
+            if hit: events.append(("violation", f"cell {i + 1} {hit}, and the sandbox refused ({name}: {value[:120]})"))
+    return events
+
+def _sandboxed_manager(sandbox: Sandbox, scratch: Path, read_only, attempt: int):
+    "A kernel manager whose kernel runs in `sandbox`, speaking over Unix sockets in `scratch` (a sandbox has no network to share)."
+    from jupyter_client.manager import AsyncKernelManager
+    class Manager(AsyncKernelManager):
+        def format_kernel_cmd(self, extra_arguments=None):
+            return sandbox.command(super().format_kernel_cmd(extra_arguments), scratch, True, read_only, scratch / "nbs")
+        def write_connection_file(self, **kw):
+            super().write_connection_file(**kw)
+            sandbox.prepare(Path(self.connection_file))
+    km = Manager(kernel_name="python3", transport="ipc", ip=str(scratch / "ipc" / f"k{attempt}"))
+    km.connection_file = str(scratch / f"kernel-{attempt}.json")
+    spec = km.kernel_spec
+    spec.interrupt_mode = "message"  # a signal would reach bubblewrap, not the kernel
+    spec.argv = [sys.executable if a in ("python", "python3") or a.endswith(("/python", "/python3")) else a for a in spec.argv]
+    return km
+
+def _execute(nb, work: Path, time_limit: float, env: dict, sandbox: Sandbox, read_only=()) -> tuple[list[tuple[str, str]], dict, float]:
+    """Run `nb`'s cells one by one in a fresh kernel in `sandbox`, `work` its folder; a cell past `time_limit` is interrupted, and
+    killed from outside (its sandbox and every process in it) `KILL_GRACE` s later if it does not stop. Returns the events
+    ((status, reason): crashed, loop, timeout, interrupted, violation), the first prediction seen per exercise, with its time,
+    and the seconds it took. A kernel that died or was killed is started again without that cell (three times at most)."""
+    import threading
     from nbclient import NotebookClient
     from nbclient.exceptions import DeadKernelError
-    events, dropped = [], set()
+    events, dropped, predictions, started = [], set(), {}, time.monotonic()
     for attempt in range(4):
-        client = NotebookClient(nb, timeout=int(time_limit), allow_errors=True, interrupt_on_timeout=True, kernel_name="python3",
-                                resources={"metadata": {"path": str(work)}}, startup_timeout=120)
-        client.km = client.create_kernel_manager()
-        client.km.connection_file = str(work.parent / f"kernel-{attempt}.json")  # not in the user's runtime folder
-        dead = None
+        km = _sandboxed_manager(sandbox, work.parent, read_only, attempt)
+        client = NotebookClient(nb, timeout=int(math.ceil(time_limit)), allow_errors=True, interrupt_on_timeout=True,
+                                resources={"metadata": {"path": str(work)}}, startup_timeout=180)
+        client.km = km
+        dead, fired = None, []
+        def kill():  # bubblewrap's process group: the sandbox, and every process in it, dies with it
+            proc = getattr(getattr(km, "provisioner", None), "process", None)
+            if proc is not None:
+                with contextlib.suppress(OSError): os.killpg(proc.pid, signal.SIGKILL)
+                with contextlib.suppress(OSError): proc.kill()
+        def fire(): fired.append(True); kill()
         try:
-            with client.setup_kernel(env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):  # the kernel's own logs are no row's
+            with client.setup_kernel(env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):
                 for i, cell in enumerate(nb.cells):
                     if i in dropped or cell.cell_type != "code": continue
+                    watchdog = threading.Timer(time_limit + KILL_GRACE, fire)
+                    watchdog.daemon = True
+                    t0 = time.monotonic(); watchdog.start()
                     try: client.execute_cell(cell, i)
-                    except DeadKernelError: dead = i; break
-        except DeadKernelError:
-            pass
+                    except DeadKernelError: dead, ran = i, time.monotonic() - t0; break
+                    finally: watchdog.cancel()
+                    events += _cell_events(cell, i, time_limit, time.monotonic() - t0 >= time_limit)
+                    for o in cell.get("outputs", []):
+                        p = o.get("data", {}).get(PREDICTION_MIME) if o.get("output_type") == "display_data" else None
+                        if isinstance(p, dict) and isinstance(p.get("exercise"), str) and p["exercise"] not in predictions:
+                            predictions[p["exercise"][:10]] = dict(prediction=p.get("prediction"), seconds=round(time.monotonic() - started, 1))
+        except DeadKernelError: pass
         except Exception as e:
-            events.append(f"the notebook could not be run ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
+            events.append(("error", f"the notebook could not be run ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"))
             break
-        if dead is None:
-            for i, c in enumerate(nb.cells):
-                if i not in dropped and c.cell_type == "code" and any(o.get("ename") == "KeyboardInterrupt" for o in c.get("outputs", [])):
-                    events.append(f"cell {i + 1} ran past the {time_limit:g} s limit and was interrupted")
-            break
-        events.append(f"the kernel died while running cell {dead + 1}; graded again without that cell")
+        finally: kill()
+        if dead is None: break
+        events.append(("timeout", f"cell {dead + 1} ran past the {time_limit:g} s limit, ignored the interrupt and was killed from outside after "
+                                  f"{ran:.0f} s; graded again without that cell")
+                      if fired else
+                      ("crashed", f"the kernel died while running cell {dead + 1}; graded again without that cell"))
         dropped.add(dead)
-    return events, dropped
+    return events, predictions, time.monotonic() - started
 
-def grade_notebook(path: str | Path, student: str | None = None, time_limit: float = 120) -> list[dict]:
-    "One row per exercise of the lessons the submission answers (and one per event: a crash, a loop, deleted files)."
+def _answers_out(nb) -> dict | None:
+    "The answers the last cell showed (plain data), None when it did not run."
+    last = nb.cells[-1] if nb.cells else None
+    for o in (last or {}).get("outputs", []):
+        data = o.get("data", {}).get(ANSWERS_MIME) if o.get("output_type") == "display_data" else None
+        if isinstance(data, dict) and len(json.dumps(data)) <= MAX_DUMP: return data
+    return None
+
+def grade_notebook(path: str | Path, student: str | None = None, time_limit: float = 120, sandbox: Sandbox | None = None) -> list[dict]:
+    "One row per exercise of the lessons the submission answers (and one per event: a crash, a loop, a timeout, an interrupt, a sandbox's refusal), the submission run in `sandbox` (bubblewrap by default)."
     import nbformat
     path = Path(path)
     student = student or path.stem
+    sandbox = sandbox or find_sandbox()
     error = lambda why: [dict(student=student, lesson="", exercise="(notebook)", status="error", reason=why, prediction="", came_true="")]
     try: nb = nbformat.reads(_read_submission(path).decode("utf-8"), as_version=4)
     except _NotRead as e: return error(str(e))
@@ -194,37 +364,48 @@ def grade_notebook(path: str | Path, student: str | None = None, time_limit: flo
                      reason="answers no lesson's exercises (no `from ctl_explore.exercises import ...` line)", prediction="", came_true="")]
     names = sorted({n for lesson in lessons for e in exercises_of(lesson) for n in e.answers + ((e.prediction,) if e.prediction else ())})
     rows = []
+    source = answer_sources(nb, names)  # read from the notebook as submitted, before anything ran
     with tempfile.TemporaryDirectory(prefix=f"{GRADE_TMP_PREFIX}{os.getpid()}-") as tmp:  # the grader's pid: a later grade removes it if this one is killed
-        work, answers = Path(tmp) / "nbs", Path(tmp) / "answers.pkl"  # a lesson reads ../data, as from the checkout's nbs/
-        work.mkdir()
-        data = Path(__file__).resolve().parent.parent / "data"
-        if data.is_dir(): (Path(tmp) / "data").symlink_to(data, target_is_directory=True)
+        scratch = Path(tmp) / "box"   # the sandbox's one writable folder
+        work = scratch / "nbs"        # a lesson reads ../data, as from the checkout's nbs/
+        work.mkdir(parents=True); (scratch / "ipc").mkdir()
+        os.chmod(tmp, 0o711)
+        data = LIBRARY_DIR.parent / "data"
+        if data.is_dir(): (scratch / "data").symlink_to(data, target_is_directory=True)
         (work / SENTINEL).write_text("The grader checks that a submission leaves the files around it alone.\n")
+        sandbox.prepare(scratch)
         for c in nb.cells:
             if c.cell_type == "code": c.outputs, c.execution_count = [], None
-        nb.cells.append(nbformat.v4.new_code_cell(_dump_cell(names, answers)))
-        env = dict(os.environ, HOME=str(work), PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]))
+        nb.cells.append(nbformat.v4.new_code_cell(_dump_cell(names)))
+        env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "MKL_CBWR", "TZ")}
+        env.update(HOME=str(work), TMPDIR="/tmp" if sandbox.kind == "bwrap" else str(scratch), MPLBACKEND="agg",
+                   PYTHONPATH=str(LIBRARY_DIR.parent) if sandbox.kind == "none" else "")
         env[GRADE_TOKEN_ENV] = Path(tmp).name  # every process the submission starts inherits it: the mark they are found by
         with adopting() as before:  # every process the submission started is killed when its kernel is done
-            try: events, _ = _execute(nb, work, time_limit, env)
+            try: events, predictions, seconds = _execute(nb, work, time_limit, env, sandbox, [data] if data.is_dir() else [])
             finally: kill_marked(Path(tmp).name, before)
-        if not (work / SENTINEL).exists(): events.append("the notebook deleted files it did not make (the grader's marker file is gone)")
-        rows += [dict(student=student, lesson=",".join(lessons), exercise="(notebook)", status="warning", reason=e, prediction="", came_true="")
-                 for e in events]
+        if not (work / SENTINEL).exists(): events.append(("violation", "the notebook deleted files it did not make (the grader's marker file is gone)"))
+        rows += [dict(student=student, lesson=",".join(lessons), exercise="(notebook)", status=s, reason=e, prediction="", came_true="")
+                 for s, e in events]
+        answers = _answers_out(nb)
+        hosting = Path(tmp) / "host"  # the answer host's own folder: nothing the kernel left (a file cache, say) is in it
+        hosting.mkdir()
+        shutil.copyfile(LIBRARY_DIR / "answer_host.py", hosting / "answer_host.py")
+        sandbox.prepare(hosting)
+        host = dict(argv=sandbox.command([sys.executable, str(hosting / "answer_host.py")], hosting, False))
         for lesson in lessons:
-            for r in _grade_in_child(lesson, answers, time_limit):
+            for r in _grade_in_child(lesson, answers, source, predictions, host, time_limit):
                 rows.append(dict(student=student, lesson=lesson, **{k: r.get(k) for k in ROW_FIELDS[2:]}))
     return rows
 
-def _grade_in_child(lesson: str, answers: Path, time_limit: float) -> list[dict]:
-    "The checks of `lesson` on the pickled answers, in a fresh process with a time limit per exercise."
+def _grade_in_child(lesson: str, answers: dict | None, source: dict, predictions: dict, host: dict, time_limit: float) -> list[dict]:
+    "The checks of `lesson` on the answers (plain data, and functions' source) in a fresh process; only JSON goes in and out."
     n = len(exercises_of(lesson))
     missing = lambda why: [dict(exercise=e.key, status="error", reason=why, prediction=None, came_true=None) for e in exercises_of(lesson)]
-    if not answers.exists(): return missing("the notebook did not get to its end, so its answers could not be read")
-    try:  # a new process (forked from one that has imported torch once, where the platform allows: see `_in_child`)
-        _, stdout, stderr = _in_child("ctl_explore.grading", "_grade_child",
-                                      json.dumps(dict(lesson=lesson, answers=str(answers), time_limit=time_limit)).encode(),
-                                      (time_limit + 300) * (n + 1) + 120)
+    if answers is None: return missing("the notebook did not get to its end, so its answers could not be read")
+    job = dict(lesson=lesson, answers=answers, source=source, predictions=predictions, host=host, time_limit=time_limit)
+    try:
+        _, stdout, stderr = _in_child("ctl_explore.grading", "_grade_child", json.dumps(job).encode(), (time_limit + 300) * (n + 1) + 120)
     except subprocess.TimeoutExpired:
         return missing("the grading of this lesson ran past its time limit")
     try: return json.loads(stdout.decode().strip().splitlines()[-1])
@@ -232,20 +413,88 @@ def _grade_in_child(lesson: str, answers: Path, time_limit: float) -> list[dict]
         return missing(f"the grading process failed ({(stderr.decode(errors='replace').strip().splitlines() or ['no message'])[-1]})")
 
 def _grade_child() -> None:
-    "In the grading process: unpickle each answer (one that cannot be loaded counts as missing), run the checks, print the rows."
-    from ctl_explore.exercises import grade_answers
+    "In the grading process: the answers decoded from plain data (no object of the student's is ever loaded here), functions rebuilt in the answer host's sandbox, the checks run, the rows printed."
+    from ctl_explore.exercises import AnswerHost, grade_answers
+    from ctl_explore.answer_host import PlainError, Unsupported, from_plain
     job = json.loads(sys.stdin.read())
-    answers = {}
-    for name, blob in cloudpickle.loads(Path(job["answers"]).read_bytes()).items():
-        try: answers[name] = cloudpickle.loads(blob)
-        except Exception: pass
     out = sys.stdout
     sys.stdout = sys.stderr
-    rows = grade_answers(job["lesson"], answers, job["time_limit"])
+    names = {n for e in exercises_of(job["lesson"]) for n in e.answers + ((e.prediction,) if e.prediction else ())}
+    code = [n for n in sorted(names) if n in job["answers"] and '"t": "code"' in json.dumps(job["answers"][n])]
+    host = AnswerHost(job["host"]["argv"], [s for n in code for s in job["source"].get(n, [])], code, job["time_limit"]) if code else None
+    answers = {}
+    for name in sorted(names & set(job["answers"])):
+        try: answers[name] = host.value(name) if name in code else from_plain(job["answers"][name])
+        except PlainError as e: answers[name] = Unsupported(f"not plain data ({e})")
+    predictions = {}
+    for key, p in job["predictions"].items():
+        with contextlib.suppress(PlainError, TypeError, KeyError): predictions[key] = from_plain(p["prediction"])
+    try: rows = grade_answers(job["lesson"], answers, job["time_limit"], predictions)
+    finally:
+        if host is not None: host.close()
     def plain(v):
         if v is None or isinstance(v, (bool, int, float, str)): return v
         return repr(v)
     out.write(json.dumps([{k: plain(v) for k, v in r.items()} for r in rows]) + "\n"); out.flush()
+
+def _bound(node) -> set:
+    "The names a top-level statement binds (not those bound inside its functions or classes)."
+    found = set()
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)): return {node.name}
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name).split(".")[0] for a in node.names if a.name != "*"}
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)): found.add(n.id)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)): found.add(n.name)
+        elif not isinstance(n, (ast.Lambda,)): stack.extend(ast.iter_child_nodes(n))
+    return found
+
+def _uses(node) -> tuple[set, set]:
+    "The names a top-level statement reads when it runs, and those its functions' bodies read when they are called."
+    now, late, stack = set(), set(), [(node, False)]
+    while stack:
+        n, inside = stack.pop()
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load): (late if inside else now).add(n.id)
+        body = isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        for child in ast.iter_child_nodes(n):
+            # a function's defaults and decorators run now; its body later
+            late_child = inside or (body and child not in getattr(n, "decorator_list", []) and child is not getattr(n, "args", None))
+            stack.append((child, late_child))
+    return now, late
+
+def answer_sources(nb, names) -> dict[str, list[str]]:
+    """For each answer name, the statements of the notebook (as submitted, never run by the grader) that rebuild it: the last
+    top-level statement binding it, then, for every name that one reads, the statement binding that name last before it
+    (for a name read inside a function's body, last in the notebook: it is read when the function is called), and so on;
+    in the notebook's order. IPython's magics and shell lines are left out; a cell that does not parse is left out."""
+    import builtins
+    statements = []
+    for c in nb.cells:
+        if c.cell_type != "code": continue
+        text = "\n".join(l for l in c.source.splitlines() if not l.lstrip().startswith(("%", "!")))
+        try: tree = ast.parse(text)
+        except SyntaxError: continue
+        for node in tree.body:
+            src = ast.get_source_segment(text, node)
+            if getattr(node, "decorator_list", None): src = ast.unparse(node)
+            now, late = (u - set(dir(builtins)) for u in _uses(node))
+            statements.append((src, _bound(node), now, late))
+    out = {}
+    for name in names:
+        chosen, need, seen = set(), [(name, len(statements))], set()
+        while need:
+            n, before = need.pop()
+            if (n, before) in seen: continue
+            seen.add((n, before))
+            i = next((j for j in range(before - 1, -1, -1) if n in statements[j][1]), None)
+            if i is None or i in chosen: continue
+            chosen.add(i)
+            need += [(u, i) for u in sorted(statements[i][2])] + [(u, len(statements)) for u in sorted(statements[i][3])]
+        out[name] = [statements[i][0] for i in sorted(chosen)]
+    return out
+
 
 # %% ../nbs/98_grading.ipynb #8ab37bb5
 def _shown(path) -> str:
@@ -313,20 +562,24 @@ def _open_new(out: Path):
     fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o644)
     return os.fdopen(fd, "w", newline="", encoding="utf-8")
 
-def grade(paths, out: str | Path = "grades.csv", time_limit: float = 120, echo=print, overwrite: bool = False) -> list[dict]:
-    "Grade every submission under `paths`; write the rows to `out` (CSV: new, or a grades table of this command's, or any file with `overwrite`) as they come and print each, names escaped for the terminal."
+def grade(paths, out: str | Path = "grades.csv", time_limit: float = 120, echo=print, overwrite: bool = False, unsafe: bool = False,
+          memory_gb: float = DEFAULT_MEMORY_GB) -> list[dict]:
+    "Grade every submission under `paths`, each in a sandbox (`find_sandbox`: refused without one unless `unsafe`); write the rows to `out` (CSV: new, or a grades table of this command's, or any file with `overwrite`) as they come and print each, names escaped for the terminal, then the total time."
     from ctl_explore.study.workers import printable  # a name or a message may hold terminal escape codes: printed as escapes
     from ctl_explore.train import sigterm_stops
     rows, out, time_limit = [], Path(out), check_time_limit(time_limit)
     subs = submissions(paths)
     if not subs: raise FileNotFoundError(f"no notebooks under {', '.join(map(_shown, paths))}")
     check_grades_out(out, paths, overwrite)
+    sandbox = find_sandbox(unsafe, memory_gb)
+    if unsafe: echo(UNSAFE_WARNING)
     remove_stale_gradings()
+    started = time.monotonic()
     with sigterm_stops(), _open_new(out) as f:  # SIGTERM: the kernel is shut down, its processes killed, the temporary folder removed
         writer = csv.DictWriter(f, ROW_FIELDS)
         writer.writeheader()
         for student, nb in subs:
-            for r in grade_notebook(nb, student, time_limit):
+            for r in grade_notebook(nb, student, time_limit, sandbox):
                 r = {k: ("" if r.get(k) is None else r.get(k)) for k in ROW_FIELDS}
                 writer.writerow(r); f.flush()
                 rows.append(r)
@@ -334,17 +587,23 @@ def grade(paths, out: str | Path = "grades.csv", time_limit: float = 120, echo=p
                      + (f"[predicted {r['prediction']}, {'came true' if r['came_true'] is True else 'did not come true' if r['came_true'] is False else 'not run'}] " if r["prediction"] != "" else "")
                      + str(r["reason"])[:160]))
     passed = sum(r["status"] == "passed" for r in rows)
-    echo(printable(f"{passed} of {sum(r['exercise'] != '(notebook)' for r in rows)} exercises passed; the table is in {out}"))
+    events = sum(r["exercise"] == "(notebook)" for r in rows)
+    echo(printable(f"{passed} of {sum(r['exercise'] != '(notebook)' for r in rows)} exercises passed, {events} notebook event(s), "
+                   f"{len(subs)} notebook(s) in {time.monotonic() - started:.0f} s ({sandbox.kind} sandbox); the table is in {out}"))
     return rows
 
 # %% ../nbs/98_grading.ipynb #ce56695c
 def _solutions_dir() -> Path:
     return Path(__file__).resolve().parent.parent / "nbs" / "solutions"
 
+def _keep_tex(tex: str) -> str:
+    "LaTeX with every backslash before punctuation doubled: markdown takes a backslash before a comma, a bar or a brace for an escape, and drops it."
+    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\\\\\1", tex)
+
 def _math(text: str) -> str:
     "Markdown whose $…$ and $$…$$ survive the markdown renderer as MathJax's \\( … \\) and \\[ … \\]."
-    text = re.sub(r"\$\$(.+?)\$\$", lambda m: "\\\\[" + m.group(1) + "\\\\]", text, flags=re.S)
-    return re.sub(r"(?<![\\$])\$(.+?)\$", lambda m: "\\\\(" + m.group(1).replace("_", "\\_").replace("*", "\\*") + "\\\\)", text)
+    text = re.sub(r"\$\$(.+?)\$\$", lambda m: "\\\\[" + _keep_tex(m.group(1)) + "\\\\]", text, flags=re.S)
+    return re.sub(r"(?<![\\$])\$(.+?)\$", lambda m: "\\\\(" + _keep_tex(m.group(1)).replace("_", "\\_").replace("*", "\\*") + "\\\\)", text)
 
 ANSWER_KEY_MARKER = ".ctl_explore_answer_key"  # the file that makes a folder the answer key's own
 _KEY_TITLE = "<title>ctl_explore: the answer key</title>"
@@ -426,13 +685,16 @@ def _time_limit(text: str) -> float:
 def add_commands(sub) -> None:
     "Add `grade` and `answer-key` to the `ctl-explore` subcommands."
     g = sub.add_parser("grade", help="grade submitted lesson notebooks against the exercises' checks", description=
-                       "Run each submitted notebook in a fresh kernel (a time limit per cell), check its answers in a separate "
-                       "process, and write one row per exercise: student, lesson, exercise, passed/failed/error, the reason, "
+                       "Run each submitted notebook in a fresh kernel in a sandbox (bubblewrap; a time limit per cell), check its "
+                       "answers (plain data, functions rebuilt from source) in a separate process, and write one row per exercise: student, lesson, exercise, passed/failed/error, the reason, "
                        "and the prediction with whether it came true.")
     g.add_argument("paths", nargs="+", type=Path, help="notebooks, or folders of them (one folder per student, or one notebook each)")
     g.add_argument("--out", type=Path, default=Path("grades.csv"), help="the CSV to write: new, or a grades table of this command's, "
                    "never inside the submissions (default: grades.csv)")
     g.add_argument("--overwrite", action="store_true", help="replace --out even when it is another file, or a symbolic link (the link itself)")
+    g.add_argument("--unsafe", action="store_true", help="grade without a sandbox where none works: the notebooks then run as you, "
+                   "with your files and network in reach")
+    g.add_argument("--memory", type=float, default=DEFAULT_MEMORY_GB, help=f"GB of address space per sandboxed process (default: {DEFAULT_MEMORY_GB:g})")
     g.add_argument("--time-limit", type=_time_limit, default=120.0, help=f"seconds per cell and per exercise's check, in (0, {MAX_TIME_LIMIT:g}] (default: 120)")
     k = sub.add_parser("answer-key", help="build the instructor's answer key (HTML, with the numeric answers)", description=
                        "Write the worked solutions of nbs/solutions with MathJax and the numbers each answer comes to, computed now.")
@@ -444,7 +706,8 @@ def add_commands(sub) -> None:
 def run_command(command: str, args: dict) -> int:
     "The work of `grade` or `answer-key`."
     if command == "grade":
-        rows = grade(args["paths"], args["out"], args["time_limit"], overwrite=args["overwrite"])
+        rows = grade(args["paths"], args["out"], args["time_limit"], overwrite=args["overwrite"], unsafe=args.get("unsafe", False),
+                     memory_gb=args.get("memory", DEFAULT_MEMORY_GB))
         return 0 if rows else 1
     print(f"answer key: {answer_key(args['out'], args['solutions'], numbers=not args['no_numbers'], overwrite=args['overwrite'])}")
     return 0

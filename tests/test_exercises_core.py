@@ -288,7 +288,11 @@ def test_06_4_readings(monkeypatch):
 # ================================================================ lesson 07
 
 def test_07_checks_refuse_wrong_answers():
-    for wrong in ((1 / 1437, 1 / 13), (1 / 144, 1 / 7), (1 / 143, 1 / 13), (1 / 144, 1 / 12), 1 / 144):
+    ex.check_07_1((1 / 575, 1 / 25))
+    # the off-by-one K (the anchor's own row, K = 1438; a view too many, K = 63 or 64) changes λ at α = 0.4, batch 32;
+    # then 1/K for all negatives, the floor, the old α = 0.1, a lone number, a string
+    for wrong in ((1 / 576, 1 / 25), (1 / 575, 1 / 26), (1 / 576, 1 / 26), (1 / 1437, 1 / 62), (1 / 574, 1 / 24),
+                  (1 / 144, 1 / 13), 1 / 575, ("1/575", "1/25"), (True, 1 / 25)):
         refused(ex.check_07_1, wrong)
     right = [0.1 * (e + 1) / 5 for e in range(5)] + [0.1] * 10 + [0.01] * 12 + [0.001] * 3
     for wrong in ([0.0] + right[1:], right[:14] + [0.01] * 13 + [0.001] * 3, right[:-1], [0.1 * e / 5 for e in range(5)] + right[5:], [0.1] * 30):
@@ -469,7 +473,7 @@ def test_a_script_without_a_main_guard_runs_once_when_it_checks(tmp_path):
 
 # ================================================================ what a student sees: GitHub's view of the lessons
 
-ANSWERS = ["1 / k", "k / ((k + 1)", "round(alpha *", "m / (1 - m)", "v / (2 * tau", "2 / 255 / math.log(2)", "(0.25, 64)", "1 / 144",
+ANSWERS = ["1 / k", "k / ((k + 1)", "round(alpha *", "m / (1 - m)", "v / (2 * tau", "2 / 255 / math.log(2)", "(0.25, 64)", "1 / 575",
            "128 * 1437", "256 * 254", "(125, 77.5, 100)", "cos(b - a)", "2 - 2 * cos(theta)", "prob[:, 1:] / ctx.tau", "Eq 7's λ = 1/K",
            "at the very end of the notebook", "check_exercise_", "test_fail(", "## Solutions"]
 

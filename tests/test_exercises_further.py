@@ -137,9 +137,12 @@ def test_15_1_refuses_other_counts(capsys):
     need, run_s, per_gpu, runs = ex._gpus_15_1()
     passes(ex.check_15_1, need, capsys)
     for answer, says in ((need - 1, "would not finish"), (need + 1, "fewer would do"), (runs, "fewer would do"),
-                         (per_gpu, "fewer would do"), (1, "would not finish"),
+                         (per_gpu, "would not finish"), (1, "would not finish"),
                          (float(need), "an integer"), (True, "an integer"), (str(need), "an integer"), (0, "an integer")):
         refused(ex.check_15_1, answer, says)
+    assert (need, per_gpu) == (8, 7)
+    refused(ex.check_15_1, math.ceil(runs * run_s / 3600), "would not finish")   # the GPU-hours rounded up: a run split between GPUs
+    refused(ex.check_15_1, math.ceil(runs / math.ceil(3600 / run_s)), "would not finish")   # a part run counted as one
 
 
 def test_15_2_refuses_the_neighbours_and_the_papers_tau(capsys):
@@ -177,7 +180,7 @@ def test_the_answer_key_numbers_compute():
 
 # ================================================================ what a student sees: GitHub's view of the lessons
 
-ANSWERS = ["tau / d", "1 / d", "math.log1p", "/ 14", "0.03 / (0.2", "0.99 **", "math.ceil(", "gap_zero", "check_15_1(6",
+ANSWERS = ["tau / d", "1 / d", "math.log1p", "/ 14", "0.03 / (0.2", "0.99 **", "math.ceil(", "gap_zero", "check_15_1(8",
            "check_15_3(20", "(6)", "(20)", "at the very end of the notebook", "check_exercise_", "test_fail(", "## Solutions",
            "WRONG_ANSWERS", "def check_"]
 

@@ -24,7 +24,13 @@ def _write(path: Path, *cells: str) -> Path:
     return path
 
 
+def _no_sandbox():
+    from ctl_explore.grading import _bwrap_works
+    return _bwrap_works()
+
+
 @pytest.mark.slow
+@pytest.mark.skipif(_no_sandbox() is not None, reason="`grade` runs submissions only in a bubblewrap sandbox, and none works here")
 def test_grade_scores_right_wrong_crashing_looping_and_cheating_submissions(tmp_path):
     subs = tmp_path / "week2"
     _write(subs / "right" / "06_memory_bank.ipynb", IMPORT, RIGHT, "lag = lambda m: m / (1 - m)")
@@ -87,3 +93,36 @@ def test_the_answer_key_holds_the_numbers(tmp_path, monkeypatch):
         monkeypatch.setattr(ex, name, lambda: (_ for _ in ()).throw(RuntimeError("not in this test")))
     assert ex.answer_numbers("06.3").startswith("4095 of 49,999") and "7 of 100" in ex.answer_numbers("06.3")
     assert "14 at α = 0.33" in ex.answer_numbers("00.3") and "could not be computed" in ex.answer_numbers("07.4")
+
+
+def _key_answer(key: str, text: str):
+    "The answer a key entry states, read from its text as a student would type it (the parsers differ by the entry's form)."
+    import re
+    nums = lambda s: [float(x.replace(",", "")) for x in re.findall(r"-?\d[\d,]*\.?\d*", s)]
+    if key == "07.1": return tuple(1 / int(d) for d in re.findall(r"1/(\d+)", text.split(":")[0]))
+    if key == "07.3": return dict(zip(("bank", "batch"), (int(x) for x in nums(text))))
+    if key in ("02.3", "09.3"):
+        a, b, c = (nums(text) + [None])[:3]
+        return (a, int(b)) if key == "02.3" else (a, b, c)
+    if key == "01.3": return nums(text)[-1]
+    if key == "01.4": return dict(zip((0.07, 1.0), (int(x) for x in nums(text)[0::2])))
+    if key == "12.3": return (re.search(r"'(\w+)'", text).group(1), nums(text)[0])
+    if key == "15.2": return nums(text)[0]
+    return int(nums(text)[0])                                   # 12.1, 12.2, 15.1, 15.3: a count
+
+
+@pytest.mark.parametrize("key", ["01.3", "01.4", "02.3", "07.1", "07.3", "09.3", "12.1", "12.2", "12.3", "15.1", "15.2", "15.3"])
+def test_the_answer_key_agrees_with_the_checks(key, capsys):
+    "Every key entry that states a value is accepted by its check, as typed from the key (the functions' entries are formulas, checked by the solutions notebooks)."
+    import ctl_explore.exercises as ex
+    text = ex.answer_numbers(key)
+    assert not text.startswith("(could not"), text
+    answer = _key_answer(key, text)
+    with ex.quietly(): assert ex.CHECKS[key](answer) is True, (key, text, answer)
+
+
+def test_the_answer_key_keeps_the_maths_backslashes():
+    mistune = pytest.importorskip("mistune")
+    from ctl_explore.grading import _math
+    html = mistune.create_markdown(escape=True)(_math(r"$\beta\,E_r[s]$ and $\|u - v\|$ and $$\{x_i\}$$"))
+    assert r"\(\beta\,E\_r[s]\)" not in html and r"\beta\,E_r[s]" in html and r"\|u - v\|" in html and r"\{x_i\}" in html, html

@@ -386,8 +386,17 @@ def _empty_notebook(path: Path) -> Path:
     return path
 
 
+
+def _no_sandbox():
+    from ctl_explore.grading import _bwrap_works
+    return _bwrap_works()
+
+
+needs_bwrap = pytest.mark.skipif(_no_sandbox() is not None, reason="`grade` runs submissions only in a bubblewrap sandbox, and none works here")
+
 # ---------------------------------------------------------------- 43.1 every --out is the command's own
 
+@needs_bwrap
 def test_grade_out_naming_a_submission_is_refused_and_the_notebook_kept(tmp_path, capsys):
     alice = _empty_notebook(tmp_path / "subs" / "alice" / "a.ipynb")
     before = alice.read_bytes()
@@ -399,6 +408,7 @@ def test_grade_out_naming_a_submission_is_refused_and_the_notebook_kept(tmp_path
     assert run_main(capsys, "grade", str(tmp_path / "subs"), "--out", str(beside))[0] == 0  # and so is its own table, again
 
 
+@needs_bwrap
 @pytest.mark.parametrize("kind", ["file", "link"])
 def test_grade_out_over_a_users_file_or_link_is_refused_unless_overwrite(tmp_path, capsys, kind):
     _empty_notebook(tmp_path / "subs" / "a.ipynb")
@@ -542,6 +552,7 @@ def test_the_device_line_is_said_once_and_never_with_quiet(tmp_path, capsys, mon
 
 # ---------------------------------------------------------------- 43.6 what a submission cannot reach
 
+@needs_bwrap
 def test_a_symlinked_submission_is_not_read_and_an_escape_coded_name_is_escaped(tmp_path):
     from ctl_explore.grading import grade
     secret = tmp_path / "secret.txt"
@@ -563,7 +574,7 @@ def test_grading_kills_every_process_the_notebook_started_setsid_and_double_fork
     nbformat = pytest.importorskip("nbformat")
     pytest.importorskip("nbclient")
     from ctl_explore import grading
-    monkeypatch.setattr(grading, "_grade_in_child", lambda lesson, answers, time_limit: [])  # the checks are not this test's
+    monkeypatch.setattr(grading, "_grade_in_child", lambda *a, **k: [])  # the checks are not this test's
     pids = tmp_path / "pids"
     cell = ("import os, subprocess\n# check_06_1\nkids = [subprocess.Popen(['sleep', '120'], start_new_session=True) for _ in range(3)]\n"
             "r, w = os.pipe()\n"
@@ -574,7 +585,7 @@ def test_grading_kills_every_process_the_notebook_started_setsid_and_double_fork
     path = tmp_path / "sub.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell)]), path)
     before = set(Path(tempfile.gettempdir()).glob(f"{grading.GRADE_TMP_PREFIX}{os.getpid()}-*"))
-    grading.grade_notebook(path, "mallory", time_limit=30)
+    grading.grade_notebook(path, "mallory", time_limit=30, sandbox=grading.Sandbox("none"))  # (in a sandbox its namespace ends them: below)
     started = [int(p) for p in pids.read_text().split()]
     assert len(started) == 4
     def alive(pid):
@@ -602,3 +613,26 @@ def test_a_path_with_escape_codes_reaches_the_terminal_escaped(tmp_path, capsys)
     code, err = run_main(capsys, "grade", str(tmp_path / "\x1b]0;pwned\x07\x1b[2Jgone"), "--out", str(tmp_path / "g.csv"))
     _one_line(code, err)
     assert "no notebook or folder at" in err and "\x1b" not in err and "\x07" not in err and "\\x1b]0;pwned\\x07" in err
+
+
+@needs_bwrap
+def test_in_the_sandbox_a_detached_process_dies_with_the_grading(tmp_path):
+    "A process the notebook detached (setsid, double fork) lives in the sandbox's process namespace, which ends with the kernel."
+    nbformat = pytest.importorskip("nbformat")
+    pytest.importorskip("nbclient")
+    from ctl_explore import grading
+    cell = ("import os, subprocess\n# check_06_1\nsubprocess.Popen(['sleep', '1237'], start_new_session=True)\n"
+            "if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0: os.execvp('sleep', ['sleep', '1238'])\n    os._exit(0)")
+    path = tmp_path / "sub.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell)]), path)
+    grading.grade_notebook(path, "mallory", time_limit=30)
+    def sleeping():
+        found = []
+        for p in Path("/proc").iterdir():
+            try: cmd = (p / "cmdline").read_bytes()
+            except OSError: continue
+            if cmd in (b"sleep\x001237\x00", b"sleep\x001238\x00"): found.append(p.name)
+        return found
+    deadline = time.monotonic() + 10
+    while sleeping() and time.monotonic() < deadline: time.sleep(0.2)
+    assert not sleeping(), "processes the submission detached outlived its grading"
