@@ -461,6 +461,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                        'ctl_explore.exercises._spread_share': ('exercises.html#_spread_share', 'ctl_explore/exercises.py'),
                                        'ctl_explore.exercises._steady_lag': ('exercises.html#_steady_lag', 'ctl_explore/exercises.py'),
                                        'ctl_explore.exercises._step_lrs': ('exercises.html#_step_lrs', 'ctl_explore/exercises.py'),
+                                       'ctl_explore.exercises._stretched_09_3': ( 'exercises.html#_stretched_09_3',
+                                                                                  'ctl_explore/exercises.py'),
                                        'ctl_explore.exercises._tau_means_15_2': ( 'exercises.html#_tau_means_15_2',
                                                                                   'ctl_explore/exercises.py'),
                                        'ctl_explore.exercises._top_15_2': ('exercises.html#_top_15_2', 'ctl_explore/exercises.py'),

@@ -1455,29 +1455,37 @@ def check_09_2(change) -> str:
         "while the arms stay below the peak.")
     return f"'{found.verdict}', where: {found.where}."
 
-def _truth_09_3() -> tuple:
-    "(epochs, window start, window end) of the digits study's schedule stretched by its preset's extend_epochs."
+def _stretched_09_3():
+    "The digits study's first run, its schedule stretched once by its preset's extend_epochs."
     import dataclasses
-    from ctl_explore.study.measure import CRITERIA, first_drop
     from ctl_explore.study.plan import get_preset, study_configs
     p = get_preset("digits")
     planned = study_configs(p, 1438)[0]
-    longer = dataclasses.replace(planned, epochs=planned.epochs + p.extend_epochs)
-    end = first_drop(longer)
-    return (longer.epochs, end - CRITERIA.window * (end - longer.warmup_epochs), end)
+    return dataclasses.replace(planned, epochs=planned.epochs + p.extend_epochs)
+
+def _truth_09_3() -> tuple:
+    "(epochs, first measured epoch of the window, last measured epoch of the window) of the stretched schedule."
+    from ctl_explore.study.measure import window_epochs
+    longer = _stretched_09_3()
+    window = window_epochs(longer)
+    return (longer.epochs, window[0], window[-1])
 
 @exercise("09.3")
 def check_09_3(answer) -> str:
-    from ctl_explore.study.measure import CRITERIA
-    assert isinstance(answer, (tuple, list)) and len(answer) == 3, f"Exercise 09.3 expects (epochs, window start, window end); got {answer!r}"
-    truth = _truth_09_3()
-    end = truth[2]
+    from ctl_explore.study.measure import CRITERIA, first_drop
+    assert isinstance(answer, (tuple, list)) and len(answer) == 3, (f"Exercise 09.3 expects (epochs, first measured epoch of the window, "
+                                                                     f"last measured epoch of the window); got {answer!r}")
+    truth, longer = _truth_09_3(), _stretched_09_3()
+    end = first_drop(longer)
     near = lambda a, b: all(isinstance(x, (int, float)) and not isinstance(x, bool) and abs(x - y) < 1e-9 for x, y in zip(a, b))
     assert near(answer[:1], truth[:1]), f"{answer[0]} is not the stretched length. Hint: the digits preset's extend_epochs says by how much a schedule grows."
-    assert near(answer[2:], truth[2:]), "the window ends at the new first drop. Hint: 80% of the new length."
+    assert near(answer[2:], truth[2:]), "the window ends at the last measured epoch before the new first drop. Hint: 80% of the new length."
     assert not near(answer[1:2], [end - CRITERIA.window * end]), (
         "the window covers the last quarter of the stretch *between the warm-up and* the first drop, not of all epochs before it.")
-    assert near(answer[1:], truth[1:]), "the window starts a quarter of (first drop − warm-up) before the drop."
+    assert not near(answer[1:2], [end - CRITERIA.window * (end - longer.warmup_epochs)]) or near(answer[1:2], truth[1:2]), (
+        "that is where the window starts, but no run is measured there: give the first epoch the run measures inside it "
+        f"(it measures every {longer.eval_every} epochs).")
+    assert near(answer[1:], truth[1:]), "the window starts a quarter of (first drop − warm-up) before the drop; give its first measured epoch."
     return "the warm-up stays as long; the window moves with the first drop."
 
 READINGS_09_4 = {
