@@ -242,7 +242,7 @@ def _run(command: str, args: dict) -> int:
         from ctl_explore.study.rows import load_results
         from ctl_explore.study.report import write_report
         from ctl_explore.study.findings import findings, verdict_table
-        from ctl_explore.study.judge import planned_cells
+        from ctl_explore.study.judge import JudgeError, planned_cells
         from ctl_explore.study.runner import report_study, run_one, run_study, study_plan, study_status
         from ctl_explore.study.plan import exact_text
         from ctl_explore.study.workers import printable
@@ -283,7 +283,8 @@ def _run(command: str, args: dict) -> int:
             rows = run_study(preset, out, quiet=args["quiet"], device=args["device"], workers=args["workers"])
             report = write_report(rows, out, preset)
             print(f"{len(rows)} runs; results in {out / 'results.csv'}; report: {report}")
-            print("\n[WL21]'s findings at this scale:\n" + verdict_table(findings(rows, plan=planned_cells(preset))))
+            try: print("\n[WL21]'s findings at this scale:\n" + verdict_table(findings(rows, plan=planned_cells(preset))))
+            except JudgeError as e: print(f"no verdicts: {e}")  # e.g. no run finished; the report says the same
             if any("failed" in r for r in rows):
                 print(f"ctl-explore: {_failures(rows)}", file=sys.stderr)
                 return 1
