@@ -28,8 +28,9 @@ from .rows import (_integer, _number, _probe_text, _replaceable, FAILED_KEYS, FI
 from .stats import _t, curve, difference, SIGNIFICANCE, summarize, usable, VERDICTS
 
 # %% auto #0
-__all__ = ['FIGURE_OF', 'HISTORY', 'REPORT_TEMPLATE', 'study_figures', 'trajectory_figure', 'table1', 'primer_figure',
-           'report_sections', 'write_report']
+__all__ = ['FIGURE_OF', 'HISTORY', 'REPORT_TEMPLATE', 'PAPER_COLUMN', 'study_figures', 'trajectory_figure', 'table1',
+           'primer_figure', 'report_sections', 'write_report', 'paper_cifar10', 'verdicts_side_by_side',
+           'side_by_side_markdown']
 
 # %% ../../nbs/26_study_report.ipynb #94df778c
 def _style(loss: str) -> tuple[str, str]:
@@ -452,3 +453,50 @@ def write_report(rows: list[dict], out_dir: str | Path, preset: StudyPreset | No
                        stability=f.stability) for f in found])
     write_atomic(path, lambda f: f.write(page.encode()))
     return path
+
+# %% ../../nbs/26_study_report.ipynb #68fa4e84
+PAPER_COLUMN = "[WL21] CIFAR10"
+
+def _where_shown(claim: str) -> str:
+    "The figures or table a claim cites, from its closing parenthesis: 'Fig 8', 'Sec 5, Fig 9'."
+    m = re.search(r"\(([^()]*)\)\.?$", claim.strip())
+    return m.group(1) if m else "the paper"
+
+def paper_cifar10(number: int) -> str:
+    "What [WL21] reports for finding `number` on CIFAR10: its claim, where it shows it, and for finding 4 the accuracies of Table 1 / Sec 5."
+    from ctl_explore.study.findings import CLAIMS
+    from ctl_explore.study.judge import SIMPLE_GAPS
+    if number not in CLAIMS: raise ValueError(f"number must be one of the findings {tuple(CLAIMS)}, got {number!r}")
+    text = f"claimed ({_where_shown(CLAIMS[number])})"
+    if number == 4: text += f"; Simple {SIMPLE_GAPS['CIFAR10'][1]} % against Eq 1's {SIMPLE_GAPS['CIFAR10'][0]} %"
+    return text
+
+def verdicts_side_by_side(studies: dict) -> list[dict]:
+    """One row per finding: `number`, `title`, for each study its (verdict, `decision_text`), and `PAPER_COLUMN`, what [WL21]
+    reports on CIFAR10. `studies`: {name: (rows, plan)}, each judged by `judge_study(rows, plan)` (plan: a preset, its name or
+    {(loss, τ): seeds}); a `ValueError` in one sentence for anything else."""
+    if not isinstance(studies, dict) or not studies: raise ValueError(f"studies must be a non-empty dict {{name: (rows, plan)}}, got {studies!r}")
+    judged = {}
+    for name, value in studies.items():
+        if not isinstance(name, str) or name == PAPER_COLUMN or name in ("number", "title"):
+            raise ValueError(f"each study's name must be a str other than {PAPER_COLUMN!r}, 'number' and 'title', got {name!r}")
+        if not (isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], list)):
+            raise ValueError(f"studies[{name!r}] must be a pair (rows, plan), rows a list of the study's rows")
+        judged[name] = {f.number: f for f in judge_study(*value).findings}
+    table = []
+    for n in sorted(set().union(*judged.values())):
+        row = dict(number=n, title=TITLES.get(n, f"finding {n}"))
+        for name, found in judged.items():
+            row[name] = (found[n].verdict, decision_text(found[n])) if n in found else ("not judged", "")
+        row[PAPER_COLUMN] = paper_cifar10(n)
+        table.append(row)
+    return table
+
+def side_by_side_markdown(table: list[dict]) -> str:
+    "`verdicts_side_by_side`'s table as Markdown: one row a finding, each study's verdict (and, below it, how firmly), the paper's column last."
+    names = [k for k in table[0] if k not in ("number", "title", PAPER_COLUMN)] if table else []
+    lines = ["| finding | " + " | ".join(names) + f" | {PAPER_COLUMN} |", "|---|" + "---|" * (len(names) + 1)]
+    for r in table:
+        cells = [f"**{r[k][0]}**" + (f"<br>{r[k][1]}" if r[k][1] else "") for k in names]
+        lines.append(f"| {r['number']}. {r['title']} | " + " | ".join(cells) + f" | {r[PAPER_COLUMN]} |")
+    return "\n".join(lines)
