@@ -13,6 +13,9 @@ same reason, when the first regime's six ordinary-loss runs had all been stretch
 from 28 px (more CPU per run) to 8 px (the digits' side, less), before it started and before any share decided was computed,
 and measured every 2 epochs: at 30 epochs measured every 5, the criteria's window (epochs 18-24) holds one measured epoch, too
 few to settle, so the first regime's runs are all stretched, to 60 epochs at most: in effect a 60-epoch regime.
+Added while the second regime trained, after the first regime's shares decided were printed (none of findings 2-4 decided,
+at 12 of 16 runs usable) and before the second's: the study's seeds are the smaller of 3 and 5 at which each of findings 2-4 is
+decided in at least 80 % of drawn studies; if neither, 5 when it fits the 30 minutes (more seeds only add power), else 3.
 
     python scripts/mnist_pilot.py OUT          # trains what is missing under OUT/<regime>/, writes data/study-mnist/pilot.json
 """
