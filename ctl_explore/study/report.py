@@ -347,6 +347,11 @@ def report_sections(rows: list[dict], resamples: int = 200, plan=None, stability
                "finding 4 from reproduced to inconclusive), committed while the fifth run was under way, the judge of this version, "
                "written after the fifth run's verdicts, and the training length (sixth run: half of it, chosen on CPU-seconds by a rule "
                "committed before its pilot, after all those verdicts). Step by step:\n\n" + "\n\n".join(lines))
+    other = sorted({r["config"]["dataset"] for r in rows if isinstance(r.get("config"), dict) and r["config"].get("dataset") not in (None, "digits")})
+    if other:  # HISTORY is the digits study's: a study of another dataset says so first
+        history = (f"This study's runs are on {', '.join(other)}; the history below is the digits study's, the course's default, whose "
+                   "verdicts shaped the judge every study uses. A study of another dataset has a history of its own only where its "
+                   "preset's note and pilot record one.\n\n" + history)
     breaks = [f"Finding {f.number} ({f.verdict}): {f.where}." for f in found if f.where]
     where = ("\n\n".join(breaks) + "\n\nEach is drawn in orange in the figures above." if breaks else
              "No test contradicted a claim anywhere on the τ curve" + (" the runs cover." if missing else "."))
