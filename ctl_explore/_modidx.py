@@ -1202,8 +1202,6 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                           'ctl_explore.study.report._text': ('study_report.html#_text', 'ctl_explore/study/report.py'),
                                           'ctl_explore.study.report._verdict_letters': ( 'study_report.html#_verdict_letters',
                                                                                          'ctl_explore/study/report.py'),
-                                          'ctl_explore.study.report._where_shown': ( 'study_report.html#_where_shown',
-                                                                                     'ctl_explore/study/report.py'),
                                           'ctl_explore.study.report.paper_cifar10': ( 'study_report.html#paper_cifar10',
                                                                                       'ctl_explore/study/report.py'),
                                           'ctl_explore.study.report.primer_figure': ( 'study_report.html#primer_figure',

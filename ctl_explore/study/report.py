@@ -19,8 +19,8 @@ from ..losses import loss_names, loss_spec
 from ..run_folders import write_atomic
 from ..train import PretrainConfig
 from .calibration import dependence, drawn_decisions, verdict_stability
-from .findings import _judge, decision_text, Finding, FINDINGS, findings, judge_study, Part, TITLES
-from .judge import check_rows, level_of, MARGINS, planned_cells, power_at
+from .findings import _judge, CLAIMS, decision_text, Finding, FINDINGS, findings, judge_study, Part, TITLES
+from .judge import check_rows, level_of, MARGINS, planned_cells, power_at, SIMPLE_GAPS
 from .measure import CRITERIA, first_drop
 from .plan import check_preset, StudyPreset
 from .rows import (_integer, _number, _probe_text, _replaceable, FAILED_KEYS, FIELD_RULES,
@@ -462,17 +462,11 @@ def write_report(rows: list[dict], out_dir: str | Path, preset: StudyPreset | No
 # %% ../../nbs/26_study_report.ipynb #68fa4e84
 PAPER_COLUMN = "[WL21] CIFAR10"
 
-def _where_shown(claim: str) -> str:
-    "The figures or table a claim cites, from its closing parenthesis: 'Fig 8', 'Sec 5, Fig 9'."
-    m = re.search(r"\(([^()]*)\)\.?$", claim.strip())
-    return m.group(1) if m else "the paper"
-
 def paper_cifar10(number: int) -> str:
-    "What [WL21] reports for finding `number` on CIFAR10: its claim, where it shows it, and for finding 4 the accuracies of Table 1 / Sec 5."
-    from ctl_explore.study.findings import CLAIMS
-    from ctl_explore.study.judge import SIMPLE_GAPS
+    "What [WL21] reports for finding `number` on CIFAR10: its claim, where it shows it (the claim's closing parenthesis), and for finding 4 the accuracies of Sec 5."
     if number not in CLAIMS: raise ValueError(f"number must be one of the findings {tuple(CLAIMS)}, got {number!r}")
-    text = f"claimed ({_where_shown(CLAIMS[number])})"
+    where = re.search(r"\(([^()]*)\)\.?$", CLAIMS[number].strip())
+    text = f"claimed ({where.group(1) if where else 'the paper'})"
     if number == 4: text += f"; Simple {SIMPLE_GAPS['CIFAR10'][1]} % against Eq 1's {SIMPLE_GAPS['CIFAR10'][0]} %"
     return text
 
@@ -488,14 +482,9 @@ def verdicts_side_by_side(studies: dict) -> list[dict]:
         if not (isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], list)):
             raise ValueError(f"studies[{name!r}] must be a pair (rows, plan), rows a list of the study's rows")
         judged[name] = {f.number: f for f in judge_study(*value).findings}
-    table = []
-    for n in sorted(set().union(*judged.values())):
-        row = dict(number=n, title=TITLES.get(n, f"finding {n}"))
-        for name, found in judged.items():
-            row[name] = (found[n].verdict, decision_text(found[n])) if n in found else ("not judged", "")
-        row[PAPER_COLUMN] = paper_cifar10(n)
-        table.append(row)
-    return table
+    cell = lambda found, n: (found[n].verdict, decision_text(found[n])) if n in found else ("not judged", "")
+    return [dict(number=n, title=TITLES.get(n, f"finding {n}"), **{name: cell(found, n) for name, found in judged.items()},
+                 **{PAPER_COLUMN: paper_cifar10(n)}) for n in sorted(set().union(*judged.values()))]
 
 def side_by_side_markdown(table: list[dict]) -> str:
     "`verdicts_side_by_side`'s table as Markdown: one row a finding, each study's verdict (and, below it, how firmly), the paper's column last."
