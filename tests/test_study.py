@@ -179,7 +179,7 @@ def test_presets():
         hard_simple = study_configs(PRESETS[name], n)[-1]
         assert hard_simple.loss == "hard_simple" and n_informative(n - 1, hard_simple.alpha) == 4095
     with pytest.raises(ValueError, match="preset must be one of"):
-        run_study("mnist")
+        run_study("no-such-preset")
 
 
 def test_check_run_criteria():

@@ -202,8 +202,7 @@ def primer_figure(rows: list[dict], plan=None) -> tuple[go.Figure, dict]:
             f.add_hline(y=floor, line=dict(color=colour, dash="dash", width=1), row=1, col=1)
             shown[(name, "floor")] = floor
     f.add_vline(x=now, line=dict(color="grey", dash="dot"), row=1, col=1)
-    f.update_yaxes(type="log", title="half-width / margin δ", row=1, col=1)
-    f.update_xaxes(title="seeds per cell (dotted: this study's)", row=1, col=1)
+    f.update_yaxes(type="log", title="half-width / margin δ", row=1, col=1); f.update_xaxes(title="seeds per cell (dotted: this study's)", row=1, col=1)
     sketch = [("present", 2.5, 0.5), ("absent", 0.2, 0.3), ("undecided", 0.6, 0.7), ("reversed", -1.2, 0.4)]  # in units of δ
     for k, (name, v, h) in enumerate(sketch):
         f.add_scatter(x=[v - h, v + h], y=[k, k], mode="lines", line=dict(width=6, color="#4c72b0"), showlegend=False, row=1, col=2)
@@ -221,8 +220,7 @@ def primer_figure(rows: list[dict], plan=None) -> tuple[go.Figure, dict]:
     power = power_at(d, level_of(m), margin)
     for v, dash in ((0, "solid"), (margin, "dash"), (crit, "dot")): f.add_vline(x=v, line=dict(color="grey", dash=dash), row=1, col=3)
     f.add_annotation(x=crit, y=1.05, yref="y3 domain", text=f"power {power:.0%}", showarrow=False, xanchor="left", row=1, col=3)
-    f.update_xaxes(title=f"{name}: estimate (δ dashed; dotted: the interval clears 0)", row=1, col=3)
-    f.update_yaxes(showticklabels=False, row=1, col=3)
+    f.update_xaxes(title=f"{name}: estimate (δ dashed; dotted: the interval clears 0)", row=1, col=3); f.update_yaxes(showticklabels=False, row=1, col=3)
     f.update_layout(height=420, legend=dict(orientation="h", y=-0.35), title="Four ideas behind the verdicts (the middle panel is a sketch)")
     return f, dict(seeds_now=now, tests=tests, half_widths=shown, power=power, se=d.se, critical=crit, margin=margin)
 
