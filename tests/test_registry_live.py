@@ -100,8 +100,8 @@ def test_data_memory_bank_and_figures_use_them(live):
 
 def test_feature_suppression_takes_a_grey_dataset_by_its_declaration(live):
     from ctl_explore.suppression import SuppressionConfig, randbit_augment, randbit_run, suppression_datasets
-    assert suppression_datasets() == ("digits", "mnist", GREY)  # one channel, as declared; the RGB one is not
-    with pytest.raises(ValueError, match=f"dataset must be one of \\('digits', 'mnist', '{GREY}'\\), got '{RGB}'"):
+    assert suppression_datasets() == ("digits", "mnist", "mnist5k", GREY)  # one channel, as declared; the RGB one is not
+    with pytest.raises(ValueError, match=f"dataset must be one of \\('digits', 'mnist', 'mnist5k', '{GREY}'\\), got '{RGB}'"):
         SuppressionConfig(dataset=RGB)
     config = SuppressionConfig(dataset=GREY, epochs=1, batch_size=16, width=2, out_dim=8, linear_epochs=1)
     assert randbit_augment(SuppressionConfig(dataset=GREY, augment="crop"), GREY, 8).params.mean == (0.0,)
@@ -120,5 +120,5 @@ def test_they_are_gone_once_unregistered(live):
     with pytest.raises(ValueError, match="dataset must be one of") as e: PretrainConfig(dataset=GREY)
     assert GREY not in str(e.value).split(", got")[0] and RGB not in str(e.value)
     with pytest.raises(ValueError, match=f"must be one of .*got '{GREY}'"): load_dataset(GREY)
-    with pytest.raises(ValueError, match=f"dataset must be one of \\('digits', 'mnist'\\), got '{GREY}'"): SuppressionConfig(dataset=GREY)
+    with pytest.raises(ValueError, match=f"dataset must be one of \\('digits', 'mnist', 'mnist5k'\\), got '{GREY}'"): SuppressionConfig(dataset=GREY)
     with pytest.raises(ValueError, match="full_images applies to imagenet100 only"): PretrainConfig(dataset="digits", full_images=True)
