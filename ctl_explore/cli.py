@@ -128,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     "The `ctl-explore` argument parser with its subcommands."
     from ctl_explore.linear_eval import LinearEvalConfig
     parser = argparse.ArgumentParser(prog="ctl-explore", description="Contrastive-loss experiments of [WL21]: pretraining and linear evaluation.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{study,pretrain,linear-eval,grade,answer-key}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{study,pretrain,linear-eval,grade,answer-key,student-copy}")
     from ctl_explore.study.plan import PRESETS
     st = sub.add_parser("study", help="the temperature study of [WL21] (the package's main job)", description=
                         "Pretrain and linearly evaluate a sweep over τ for the ordinary and hard contrastive loss plus the Simple "
@@ -175,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--random-init", action="store_true", help="evaluate the untrained encoder (the baseline)")
     e.add_argument("--device", default=None, help="device (default: the run's)")
     _add_config_options(e, LinearEvalConfig)
-    from ctl_explore.grading import add_commands  # the instructor's grade and answer-key (appendix 98)
+    from ctl_explore.grading import add_commands  # the instructor's grade, answer-key and student-copy (appendix 98)
     add_commands(sub)
     return parser
 
@@ -231,7 +231,7 @@ def _failures(rows: list[dict]) -> str:
 
 def _run(command: str, args: dict) -> int:
     "The work of one command; its errors are turned into sentences by `main`."
-    if command in ("grade", "answer-key"):
+    if command in ("grade", "answer-key", "student-copy"):
         from ctl_explore.grading import run_command
         return run_command(command, args)
     from ctl_explore.linear_eval import LinearEvalConfig, linear_eval

@@ -193,14 +193,14 @@ def call_each(fns, cases) -> list:
     return out
 
 def backward_direct(cls, cases, record=None) -> list:
-    "Runner for a `torch.autograd.Function`: its backward called directly on each `(pos, neg, tau, grad_out)`, autograd off."
+    "Runner for a `torch.autograd.Function`: its backward called directly on each case `(*inputs, grad_out)`, autograd off."
     record = record or (lambda what: None)
     if isinstance(cls, RemoteAutograd): return cls.direct(cases, record)
     out = []
-    for pos, neg, tau, grad_out in cases:
+    for *inputs, grad_out in cases:
         ctx = _Ctx()
         try:
-            with torch.no_grad(): cls.forward(ctx, pos, neg, tau)
+            with torch.no_grad(): cls.forward(ctx, *inputs)
             with _autograd_off(record): got = cls.backward(ctx, grad_out)
             out.append(tuple(got))
         except _Banned: out.append(("error", "banned"))
@@ -728,64 +728,91 @@ def check_00_4(why) -> str:
 # %% ../nbs/94_exercises.ipynb #b6d0ced6
 _SPREAD = torch.linspace(-1, 1, 201, dtype=torch.float64)[None, :]  # lesson 01's Fig 3 negatives, `spread`
 
-def _eq4(pos, neg, tau, grad_out) -> tuple[torch.Tensor, torch.Tensor]:
-    "Eq 4 in float64, written apart from the library: ∂/∂s_ii = −Σ_k P_ik / τ, ∂/∂s_ij = P_ij / τ, times grad_out."
-    logits = torch.cat([pos[:, None], neg], 1).double() / tau
-    p_neg = torch.exp(logits[:, 1:] - torch.logsumexp(logits, 1, keepdim=True))
-    g = grad_out.double()
-    return -g * p_neg.sum(1) / tau, g[:, None] * p_neg / tau
+def _eq4_chain(anchor, positive, bank, tau, grad_out) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Eq 4 carried to the embeddings in float64, written apart from the library, with s_ii = a_i·p_i and s_ij = a_i·b_j:
+    ∂/∂a_i = (∂L/∂s_ii) p_i + Σ_j (∂L/∂s_ij) b_j, ∂/∂p_i = (∂L/∂s_ii) a_i, ∂/∂b_j = Σ_i (∂L/∂s_ij) a_i, each anchor's terms times grad_out."""
+    a, p, b, g = anchor.double(), positive.double(), bank.double(), grad_out.double()
+    logits = torch.cat([(a * p).sum(1, keepdim=True), a @ b.T], 1) / tau
+    d_neg = g[:, None] * torch.exp(logits[:, 1:] - torch.logsumexp(logits, 1, keepdim=True)) / tau  # ∂/∂s_ij, Eq 4
+    d_pos = -d_neg.sum(1)                                                                              # ∂/∂s_ii, Eq 4
+    return d_pos[:, None] * p + d_neg @ b, d_pos[:, None] * a, d_neg.T @ a
 
 def _backward_cases():
-    "float64 at three τ, with unequal grad_out; float32 at τ = 0.05 with a dominant positive, where 1 − P_ii cancels to 0."
+    """(anchor, positive, bank, τ, grad_out): unit vectors in float64 at three τ with unequal grad_out; float32 at τ = 0.05 with
+    positives far above the negatives, where 1 − P_ii cancels to 0 and takes the positive's pull with it."""
     g = torch.Generator().manual_seed(1)
-    pos = torch.rand(4, generator=g, dtype=torch.float64) * 2 - 1
-    neg = torch.rand(4, 6, generator=g, dtype=torch.float64) * 2 - 1
+    unit = lambda *shape: F.normalize(torch.randn(*shape, generator=g, dtype=torch.float64), dim=-1)
+    anchor, bank = unit(4, 5), unit(6, 5)
+    positive = F.normalize(anchor + 0.5 * unit(4, 5), dim=1)
     grad_out = torch.tensor([1.0, 0.5, 2.0, 3.0], dtype=torch.float64)
-    cases = [(pos, neg, tau, grad_out) for tau in (0.05, 0.5, 5.0)]
-    cases.append((torch.tensor([0.9, 0.8], dtype=torch.float32), torch.tensor([[-0.2, -0.3, -0.25], [-0.1, -0.4, -0.3]]),
-                  0.05, torch.tensor([1.0, 2.0])))
+    cases = [(anchor, positive, bank, tau, grad_out) for tau in (0.05, 0.5, 5.0)]
+    a32 = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+    p32 = torch.tensor([[0.9, 0.1, 0.0], [0.2, 0.8, 0.1]])
+    b32 = torch.tensor([[-0.2, -0.1, 0.3], [-0.3, -0.4, 0.0], [-0.25, -0.3, 0.5]])
+    cases.append((a32, p32, b32, 0.05, torch.tensor([1.0, 2.0])))
     return cases
 
+_GRAD_NAMES = ("d_anchor", "d_positive", "d_bank")
+
 def _same_grads(got, want, rtol) -> bool:
-    return (isinstance(got, tuple) and len(got) == 3 and got[2] is None
-            and all(_close(a, b, rtol=rtol, atol=0) for a, b in zip(got[:2], want)))
+    return (isinstance(got, tuple) and len(got) == 4 and got[3] is None
+            and all(_close(a, b, rtol=rtol, atol=1e-12) for a, b in zip(got[:3], want)))
+
+def _backward_hint(got, want, case) -> str:
+    "What a wrong backward most likely did, from how its three gradients relate to the chain rule's."
+    anchor, positive, bank, tau, grad_out = case
+    mine, right = [x.double() for x in got], list(want)
+    def all_are(f): return all(torch.allclose(m, f(r, i), rtol=1e-5, atol=1e-12) for i, (m, r) in enumerate(zip(mine, right)))
+    g = grad_out.double()
+    def ungraded(r, i):  # the gradient as if grad_out were all ones, anchor by anchor (the bank's sums over anchors differ)
+        if i == 2: return _eq4_chain(anchor, positive, bank, tau, torch.ones_like(grad_out))[2]
+        return r / g[:, None]
+    if anchor.dtype == torch.float32 and not mine[1].abs().sum():
+        return "the positive's gradient vanishes in float32: 1 − P_ii rounds to 0 when P_ii is close to 1; sum the negatives' P_ik instead"
+    if all_are(lambda r, i: -r): return "the signs are reversed: the positive's pull raises s_ii, the negatives' push lowers s_ij"
+    if all_are(lambda r, i: r * tau) or all_are(lambda r, i: r / tau): return "one factor 1/τ is missing or doubled: the logits are s/τ"
+    if all_are(ungraded): return "multiply by grad_out, anchor by anchor, before carrying the gradients to the vectors"
+    wrong = [n for n, m, r in zip(_GRAD_NAMES, mine, right) if not _close(m, r, rtol=1e-4, atol=1e-12)]
+    which = {"d_anchor": "the anchor sits in both similarities, so its gradient has two terms: ∂L/∂s_ii times the positive, "
+                         "and Σ_j ∂L/∂s_ij times bank vector j",
+             "d_positive": "the positive appears only in s_ii = anchor · positive, so its gradient is ∂L/∂s_ii times the anchor",
+             "d_bank": "every bank vector is a negative of every anchor: its gradient sums ∂L/∂s_ij times anchor i over the anchors (a [K, B] by [B, d] product)"}
+    return f"{', '.join(wrong)} {'is' if len(wrong) == 1 else 'are'} wrong: " + "; ".join(which[n] for n in wrong)
 
 @exercise("01.1")
 def check_01_1(loss_fn) -> str:
-    "Exercise 01.1: a torch.autograd.Function whose backward is Eq 4: against Eq 4 in float64, gradcheck, float32 at τ = 0.05, autograd off."
+    """Exercise 01.1: a torch.autograd.Function whose backward carries Eq 4 to the embeddings: against the chain rule in float64,
+    gradcheck, float32 at τ = 0.05, autograd off."""
     cases = _backward_cases()
-    for pos, neg, tau, grad_out in cases:
-        p, n = pos.clone().requires_grad_(), neg.clone().requires_grad_()
-        where = f"τ = {tau} in {str(pos.dtype).replace('torch.', '')}"
-        try: d_pos, d_neg = torch.autograd.grad(loss_fn.apply(p, n, tau), (p, n), grad_out)
+    for case in cases:
+        anchor, positive, bank, tau, grad_out = case
+        inputs = [x.clone().requires_grad_() for x in (anchor, positive, bank)]
+        where = f"τ = {tau} in {str(anchor.dtype).replace('torch.', '')}"
+        try: got = torch.autograd.grad(loss_fn.apply(*inputs, tau), inputs, grad_out)
         except NotImplementedError: raise NotAnswered() from None
         except _Banned as e: raise AssertionError(f"{where}: {e}") from None
         except RuntimeError as e:
-            raise AssertionError(f"{where}: autograd refused your backward ({str(e).splitlines()[0]}). Hint: return three things, "
-                                 "d_pos of shape [B], d_neg of shape [B, K] and None for τ.") from None
-        want = _eq4(pos, neg, tau, grad_out)
-        rtol = 1e-4 if pos.dtype == torch.float32 else 1e-7
-        if not _same_grads((d_pos, d_neg, None), want, rtol):
-            mine, right = torch.cat([d_pos[:, None], d_neg], 1).double(), torch.cat([want[0][:, None], want[1]], 1)
-            hint = ("the positive's gradient vanishes in float32: 1 − P_ii rounds to 0 when P_ii is close to 1; sum the negatives' P_ik instead"
-                    if pos.dtype == torch.float32 and (d_pos == 0).any() else
-                    "the signs are reversed: the positive's gradient is negative, the negatives' positive" if torch.allclose(mine, -right) else
-                    "one factor 1/τ is missing or doubled: the logits are s/τ" if torch.allclose(mine * tau, right) or torch.allclose(mine / tau, right) else
-                    "multiply by grad_out, anchor by anchor (grad_out[:, None] for the negatives)" if torch.allclose(mine * grad_out.double()[:, None], right) or torch.allclose(mine, right / grad_out.double()[:, None]) else
-                    "∂L/∂s_ii = −(1/τ) Σ_k P_ik and ∂L/∂s_ij = P_ij / τ, where P_ij is column j + 1 of the saved softmax")
-            raise AssertionError(f"{where}: your gradients differ from Eq 4 by up to {(mine - right).abs().max().item():.2e}. Hint: {hint}.")
-        if pos.dtype == torch.float64:
+            raise AssertionError(f"{where}: autograd refused your backward ({str(e).splitlines()[0]}). Hint: return four things, "
+                                 "d_anchor [B, d], d_positive [B, d], d_bank [K, d] and None for τ.") from None
+        want = _eq4_chain(*case)
+        rtol = 1e-4 if anchor.dtype == torch.float32 else 1e-7
+        if not _same_grads((*got, None), want, rtol):
+            worst = max((m.double() - r).abs().max().item() for m, r in zip(got, want))
+            raise AssertionError(f"{where}: your gradients differ from the chain rule of Eq 4 by up to {worst:.2e}. "
+                                 f"Hint: {_backward_hint(got, want, case)}.")
+        if anchor.dtype == torch.float64:
             with contextlib.suppress(Exception):
-                if torch.autograd.gradcheck(lambda a, b: loss_fn.apply(a, b, tau), (p, n), raise_exception=False): continue
+                if torch.autograd.gradcheck(lambda a, p, b: loss_fn.apply(a, p, b, tau), tuple(inputs), raise_exception=False): continue
             raise AssertionError(f"{where}: gradcheck finds your backward and finite differences of the forward apart.")
     used = []
     direct = backward_direct(loss_fn, cases, used.append)
-    assert not used, "your backward differentiates with autograd: the exercise asks for Eq 4 written out, from the saved softmax."
-    for got, (pos, neg, tau, grad_out) in zip(direct, cases):
-        assert _same_grads(got, _eq4(pos, neg, tau, grad_out), 1e-4), "called directly, your backward gives other gradients than through autograd."
-    own_work("your backward", loss_fn, cases, [_eq4(*c) for c in cases], lambda g, w: _same_grads(g, w, 1e-4),
+    assert not used, "your backward differentiates with autograd: the exercise asks for Eq 4 and the chain rule written out."
+    for got, case in zip(direct, cases):
+        assert _same_grads(got, _eq4_chain(*case), 1e-4), "called directly, your backward gives other gradients than through autograd."
+    own_work("your backward", loss_fn, cases, [_eq4_chain(*c) for c in cases], lambda g, w: _same_grads(g, w, 1e-4),
              modules=["ctl_explore.gradients", "ctl_explore.losses"], runner=backward_direct)
-    return "your backward is Eq 4, from the saved softmax alone: it matches in float64, passes gradcheck and holds in float32 at τ = 0.05."
+    return ("your backward carries Eq 4 to the anchor, the positive and the bank: it matches in float64, passes gradcheck "
+            "and holds in float32 at τ = 0.05.")
 
 @exercise("01.2")
 def check_01_2(my_relative_penalty) -> str:
@@ -1731,7 +1758,7 @@ class Exercise:
 EXERCISES = [
     Exercise("00.1", ("my_contrastive_loss",)), Exercise("00.2", ("eq7",)), Exercise("00.3", ("my_hard_loss",)),
     Exercise("00.4", ("why_4",), run_00_4, "prediction_4"),
-    Exercise("01.1", ("MyEq4Loss",)), Exercise("01.2", ("my_relative_penalty",)), Exercise("01.3", ("tau_half",)),
+    Exercise("01.1", ("MyEmbeddingLoss",)), Exercise("01.2", ("my_relative_penalty",)), Exercise("01.3", ("tau_half",)),
     Exercise("01.4", ("push_90",)), Exercise("01.5", ("why_5",), run_01_5, "prediction_5"),
     Exercise("02.1", ("tau_half",)), Exercise("02.2", ("entropy_gap",)), Exercise("02.3", ("interval",)),
     Exercise("02.4", ("why_4",), run_02_4, "prediction_4"),
@@ -1813,7 +1840,8 @@ def _numbers_01() -> dict:
         mid = math.sqrt(lo * hi)
         lo, hi = (mid, hi) if penalty_entropy(_SPREAD, mid)[0] < math.log(201) / 2 else (lo, mid)
     counts = {t: int((relative_penalty(_SPREAD, t)[0].sort(descending=True).values.cumsum(0) < 0.9).sum()) + 1 for t in (0.07, 1.0)}
-    return {"01.1": "∂L/∂s_ii = −Σ_k P_ik / τ, ∂L/∂s_ij = P_ij / τ, each times grad_out",
+    return {"01.1": "with g_ii = −Σ_k P_ik / τ and g_ij = P_ij / τ, each times grad_out: ∂/∂anchor_i = g_ii positive_i + Σ_j g_ij bank_j, "
+                    "∂/∂positive_i = g_ii anchor_i, ∂/∂bank_j = Σ_i g_ij anchor_i",
             "01.2": "r_ij = exp((s_ij − max_k s_ik)/τ) / Σ_k exp((s_ik − max_k s_ik)/τ)",
             "01.3": f"τ_half = {mid:.4f}", "01.4": f"{counts[0.07]} negatives at τ = 0.07, {counts[1.0]} at τ = 1",
             "01.5": "cosines (nearest, mean): " + ", ".join(f"τ = {t}: {a:.2f}, {b:.2f}" for t, (a, b) in _experiment_01_5().items()) + "; reading a"}

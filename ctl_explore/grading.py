@@ -10,6 +10,7 @@ import ast
 import functools
 import csv
 import importlib.util
+import io
 import contextlib
 import errno
 import json
@@ -20,6 +21,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import tarfile
 import sys
 import tempfile
 import time
@@ -32,10 +34,10 @@ from .run_folders import RunFolderError, write_atomic, write_json_atomic
 # %% auto #0
 __all__ = ['SANDBOX_UID', 'DEFAULT_MEMORY_GB', 'DEFAULT_PROCESSES', 'UNSAFE_WARNING', 'ROW_FIELDS', 'SENTINEL',
            'GRADE_TMP_PREFIX', 'GRADE_TOKEN_ENV', 'ANSWERS_MIME', 'KILL_GRACE', 'MAX_DUMP', 'MAX_TIME_LIMIT',
-           'ANSWER_KEY_MARKER', 'SandboxUnavailable', 'Sandbox', 'find_sandbox', 'lessons_of', 'OutRefused', 'adopting',
-           'kill_marked', 'remove_stale_gradings', 'grade_notebook', 'answer_sources', 'submissions',
-           'check_time_limit', 'check_grades_out', 'grade', 'check_key_out', 'answer_key', 'add_commands',
-           'run_command']
+           'ANSWER_KEY_MARKER', 'INSTRUCTOR_ONLY', 'STUDENT_NOTE', 'SandboxUnavailable', 'Sandbox', 'find_sandbox',
+           'lessons_of', 'OutRefused', 'adopting', 'kill_marked', 'remove_stale_gradings', 'grade_notebook',
+           'answer_sources', 'submissions', 'check_time_limit', 'check_grades_out', 'grade', 'check_key_out',
+           'answer_key', 'is_instructor_only', 'student_copy', 'add_commands', 'run_command']
 
 # %% ../nbs/98_grading.ipynb #5dda8af2
 SANDBOX_UID = 65534  # the unprivileged user (nobody) a sandbox runs as when the grader is root
@@ -675,6 +677,44 @@ def answer_key(out: str | Path, solutions: str | Path | None = None, numbers: bo
     write_atomic(out / "index.html", lambda f: f.write(page.encode("utf-8")))
     return out / "index.html"
 
+# %% ../nbs/98_grading.ipynb #c75d1300
+INSTRUCTOR_ONLY = ("nbs/solutions/", "tests/test_exercises_core.py", "tests/test_exercises_further.py", "tests/test_grader.py",
+                   "tests/test_grade_sandbox.py")  # the worked solutions, and the tests that feed the checks their right answers
+_README_INSTRUCTORS = re.compile(r"<!-- instructors-only -->.*?<!-- /instructors-only -->", re.S)
+STUDENT_NOTE = ("* **This is the students' copy of the course.** Your instructor keeps the worked solutions. Each exercise's own check "
+                "tells you whether your answer is right, and its hint where it is not.")
+
+def is_instructor_only(path: str) -> bool:
+    "Whether a file of the repository (a path relative to its root, with /) stays out of the students' copy."
+    return any(path == p or (p.endswith("/") and path.startswith(p)) for p in INSTRUCTOR_ONLY)
+
+def _committed_files(root: Path) -> tarfile.TarFile:
+    "The files of the checkout's last commit, as `git archive` gives them."
+    try: tar = subprocess.run(["git", "-C", str(root), "archive", "--format=tar", "HEAD"], capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        raise FileNotFoundError(f"{_shown(root)} is not a git checkout of the course with a commit (git archive HEAD failed): "
+                                "the students' copy is made from the committed files of the instructors' repository") from None
+    return tarfile.open(fileobj=io.BytesIO(tar))
+
+def student_copy(out: str | Path, root: str | Path | None = None, commit: bool = True) -> Path:
+    """Write the students' copy of the course into `out`, a new or empty folder: the last commit of the checkout `root`
+    without `INSTRUCTOR_ONLY`, README's note for instructors replaced by `STUDENT_NOTE`, as a git repository of one commit."""
+    root = Path(root) if root else Path(__file__).resolve().parent.parent
+    out = Path(out)
+    if out.is_symlink() or (out.exists() and not (out.is_dir() and not any(out.iterdir()))):
+        raise FileExistsError(f"--out {_shown(out)} exists and is not an empty folder: the students' copy goes into a new or empty folder")
+    with _committed_files(root) as tar:
+        members = [m for m in tar.getmembers() if not is_instructor_only(m.name)]
+        out.mkdir(parents=True, exist_ok=True)
+        tar.extractall(out, members=members, filter="data")
+    readme = out / "README.md"
+    if readme.is_file(): readme.write_text(_README_INSTRUCTORS.sub(STUDENT_NOTE, readme.read_text(encoding="utf-8")), encoding="utf-8")
+    if commit and shutil.which("git"):
+        git = ["git", "-C", str(out), "-c", "user.name=ctl-explore", "-c", "user.email=student-copy@ctl-explore.invalid", "-c", "commit.gpgsign=false"]
+        for step in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "The course ctl_explore: the students' copy"]):
+            subprocess.run(git + step, check=True, capture_output=True)
+    return out
+
 # %% ../nbs/98_grading.ipynb #9ad5d494
 def _time_limit(text: str) -> float:
     "A --time-limit value, checked where it is parsed (`check_time_limit`)."
@@ -683,7 +723,7 @@ def _time_limit(text: str) -> float:
                                                         "(0 would switch the limit off, and a looping cell would hang the grader)") from None
 
 def add_commands(sub) -> None:
-    "Add `grade` and `answer-key` to the `ctl-explore` subcommands."
+    "Add `grade`, `answer-key` and `student-copy` to the `ctl-explore` subcommands."
     g = sub.add_parser("grade", help="grade submitted lesson notebooks against the exercises' checks", description=
                        "Run each submitted notebook in a fresh kernel in a sandbox (bubblewrap; a time limit per cell), check its "
                        "answers (plain data, functions rebuilt from source) in a separate process, and write one row per exercise: student, lesson, exercise, passed/failed/error, the reason, "
@@ -702,12 +742,18 @@ def add_commands(sub) -> None:
     k.add_argument("--overwrite", action="store_true", help="write into --out even when it is another folder, or a symbolic link (the link itself is replaced)")
     k.add_argument("--solutions", type=Path, default=None, help="the solutions notebooks' folder (default: the checkout's nbs/solutions)")
     k.add_argument("--no-numbers", action="store_true", help="leave out the computed numbers (seconds instead of minutes)")
+    c = sub.add_parser("student-copy", help="write the students' copy of the course (no solutions, no tests that hold answers)",
+                       description="Write the last commit of this checkout, without the worked solutions and the tests that hold the "
+                                   "answers, as a new git repository for students to clone.")
+    c.add_argument("out", type=Path, help="a new or empty folder")
 
 def run_command(command: str, args: dict) -> int:
-    "The work of `grade` or `answer-key`."
+    "The work of `grade`, `answer-key` or `student-copy`."
     if command == "grade":
         rows = grade(args["paths"], args["out"], args["time_limit"], overwrite=args["overwrite"], unsafe=args.get("unsafe", False),
                      memory_gb=args.get("memory", DEFAULT_MEMORY_GB))
         return 0 if rows else 1
+    if command == "student-copy":
+        print(f"students' copy: {student_copy(args['out'])}"); return 0
     print(f"answer key: {answer_key(args['out'], args['solutions'], numbers=not args['no_numbers'], overwrite=args['overwrite'])}")
     return 0

@@ -47,16 +47,19 @@ def penalty(neg, tau):
     return e / e.sum(1, keepdim=True)
 
 class Eq4(torch.autograd.Function):
+    "Exercise 01.1's right answer: Eq 4 carried to the anchor, the positive and the bank by the chain rule."
     @staticmethod
-    def forward(ctx, pos, neg, tau):
-        log_prob = F.log_softmax(torch.cat([pos[:, None], neg], dim=1) / tau, dim=1)
-        ctx.save_for_backward(log_prob.exp()); ctx.tau = tau
+    def forward(ctx, anchor, positive, bank, tau):
+        logits = torch.cat([(anchor * positive).sum(1, keepdim=True), anchor @ bank.T], dim=1) / tau
+        log_prob = F.log_softmax(logits, dim=1)
+        ctx.save_for_backward(log_prob.exp(), anchor, positive, bank); ctx.tau = tau
         return -log_prob[:, 0]
     @staticmethod
     def backward(ctx, grad_out):
-        prob, = ctx.saved_tensors
-        d_neg = prob[:, 1:] / ctx.tau
-        return -grad_out * d_neg.sum(1), grad_out[:, None] * d_neg, None
+        prob, anchor, positive, bank = ctx.saved_tensors
+        d_neg = grad_out[:, None] * prob[:, 1:] / ctx.tau
+        d_pos = -d_neg.sum(1)
+        return d_pos[:, None] * positive + d_neg @ bank, d_pos[:, None] * anchor, d_neg.T @ anchor, None
 
 
 # ================================================================ lesson 00
@@ -109,15 +112,23 @@ def test_00_4_keeps_the_prediction_and_judges_the_reading(capsys):
 
 # ================================================================ lesson 01
 
+def _chain(ctx, g, d_pos_of=lambda prob, d_neg, tau: -d_neg.sum(1), tau_factor=True):
+    "Eq4.backward with one part swappable, for the lookalikes."
+    prob, anchor, positive, bank = ctx.saved_tensors
+    d_neg = g[:, None] * prob[:, 1:] / (ctx.tau if tau_factor else 1)
+    d_pos = d_pos_of(prob, d_neg, ctx.tau) if tau_factor else -d_neg.sum(1)
+    return d_pos, d_neg, anchor, positive, bank
+
 class SignFlipped(Eq4):
     @staticmethod
     def backward(ctx, g):
-        a, b, _ = Eq4.backward(ctx, g); return -a, -b, None
+        a, p, b, _ = Eq4.backward(ctx, g); return -a, -p, -b, None
 
 class TauForgotten(Eq4):
     @staticmethod
     def backward(ctx, g):
-        prob, = ctx.saved_tensors; return -g * prob[:, 1:].sum(1), g[:, None] * prob[:, 1:], None
+        d_pos, d_neg, anchor, positive, bank = _chain(ctx, g, tau_factor=False)
+        return d_pos[:, None] * positive + d_neg @ bank, d_pos[:, None] * anchor, d_neg.T @ anchor, None
 
 class GradOutIgnored(Eq4):
     @staticmethod
@@ -126,32 +137,65 @@ class GradOutIgnored(Eq4):
 class OneMinusP(Eq4):  # ∂/∂s_ii = −(1 − P_ii)/τ: right in exact arithmetic, 0 in float32 when P_ii rounds to 1
     @staticmethod
     def backward(ctx, g):
-        prob, = ctx.saved_tensors; return -g * (1 - prob[:, 0]) / ctx.tau, g[:, None] * prob[:, 1:] / ctx.tau, None
+        d_pos, d_neg, anchor, positive, bank = _chain(ctx, g, d_pos_of=lambda prob, d_neg, tau: -g * (1 - prob[:, 0]) / tau)
+        return d_pos[:, None] * positive + d_neg @ bank, d_pos[:, None] * anchor, d_neg.T @ anchor, None
 
-class AutogradInside(torch.autograd.Function):  # Eq 4 never written: autograd of the forward inside backward (in float64)
-    @staticmethod
-    def forward(ctx, pos, neg, tau):
-        ctx.save_for_backward(pos, neg); ctx.tau = tau
-        return -F.log_softmax(torch.cat([pos[:, None], neg], dim=1) / tau, dim=1)[:, 0]
+class NoPullOnTheAnchor(Eq4):  # the anchor's gradient without the positive's term
     @staticmethod
     def backward(ctx, g):
-        pos, neg = ctx.saved_tensors
+        d_pos, d_neg, anchor, positive, bank = _chain(ctx, g)
+        return d_neg @ bank, d_pos[:, None] * anchor, d_neg.T @ anchor, None
+
+class BankFromPositives(Eq4):  # the bank's gradient through the positives instead of the anchors
+    @staticmethod
+    def backward(ctx, g):
+        d_pos, d_neg, anchor, positive, bank = _chain(ctx, g)
+        return d_pos[:, None] * positive + d_neg @ bank, d_pos[:, None] * anchor, d_neg.T @ positive, None
+
+class PositiveGetsItself(Eq4):  # the positive's gradient along the positive, not the anchor
+    @staticmethod
+    def backward(ctx, g):
+        d_pos, d_neg, anchor, positive, bank = _chain(ctx, g)
+        return d_pos[:, None] * positive + d_neg @ bank, d_pos[:, None] * positive, d_neg.T @ anchor, None
+
+class AutogradInside(torch.autograd.Function):  # the chain rule never written: autograd of the forward inside backward
+    @staticmethod
+    def forward(ctx, anchor, positive, bank, tau):
+        ctx.save_for_backward(anchor, positive, bank); ctx.tau = tau
+        return Eq4.forward(types.SimpleNamespace(save_for_backward=lambda *t: None), anchor, positive, bank, tau)
+    @staticmethod
+    def backward(ctx, g):
+        saved = ctx.saved_tensors
         with torch.enable_grad():
-            p, n = pos.double().detach().requires_grad_(), neg.double().detach().requires_grad_()
-            loss = -F.log_softmax(torch.cat([p[:, None], n], dim=1) / ctx.tau, dim=1)[:, 0]
-            d_pos, d_neg = torch.autograd.grad(loss, (p, n), g.double())
-        return d_pos.to(pos.dtype), d_neg.to(neg.dtype), None
+            leaves = [t.double().detach().requires_grad_() for t in saved]
+            loss = Eq4.forward(types.SimpleNamespace(save_for_backward=lambda *t: None), *leaves, ctx.tau)
+            grads = torch.autograd.grad(loss, leaves, g.double())
+        return (*(d.to(t.dtype) for d, t in zip(grads, saved)), None)
 
-class TwoGradients(Eq4):
+class ThreeGradients(Eq4):
     @staticmethod
     def backward(ctx, g):
-        a, b, _ = Eq4.backward(ctx, g); return a, b
+        a, p, b, _ = Eq4.backward(ctx, g); return a, p, b
 
 
 @pytest.mark.parametrize("wrong, says", [(SignFlipped, "signs are reversed"), (TauForgotten, "1/τ"), (GradOutIgnored, "grad_out"),
-                                         (OneMinusP, "1 − P_ii rounds to 0"), (AutogradInside, "autograd"), (TwoGradients, "three things")])
+                                         (OneMinusP, "1 − P_ii rounds to 0"), (AutogradInside, "autograd"), (ThreeGradients, "four things"),
+                                         (NoPullOnTheAnchor, "d_anchor is wrong"), (BankFromPositives, "d_bank is wrong"),
+                                         (PositiveGetsItself, "d_positive is wrong")])
 def test_01_1_refuses_the_slips(wrong, says):
     refused(ex.check_01_1, wrong, says=says)
+
+
+def test_01_1_the_lesson_does_not_compute_its_answer():
+    "Lesson 01's own code (loss_gradients) stops at the similarities: fed to the exercise as a backward, it is refused."
+    from ctl_explore.gradients import loss_gradients
+    class SimilaritiesOnly(Eq4):
+        @staticmethod
+        def backward(ctx, g):
+            prob, anchor, positive, bank = ctx.saved_tensors
+            d_pos, d_neg = loss_gradients(prob[:, 0].log() * ctx.tau, prob[:, 1:].log() * ctx.tau, ctx.tau)
+            return d_pos[:, None] * g[:, None], d_neg * g[:, None], None, None
+    with pytest.raises(AssertionError): ex.check_01_1(SimilaritiesOnly)
 
 
 def test_01_1_unwritten_backward_is_a_reminder(capsys):
