@@ -37,7 +37,7 @@ __all__ = ['SANDBOX_UID', 'DEFAULT_MEMORY_GB', 'DEFAULT_PROCESSES', 'UNSAFE_WARN
            'ANSWER_KEY_MARKER', 'INSTRUCTOR_ONLY', 'STUDENT_NOTE', 'SandboxUnavailable', 'Sandbox', 'find_sandbox',
            'lessons_of', 'OutRefused', 'adopting', 'kill_marked', 'remove_stale_gradings', 'grade_notebook',
            'answer_sources', 'submissions', 'check_time_limit', 'check_grades_out', 'grade', 'check_key_out',
-           'answer_key', 'is_instructor_only', 'student_copy', 'add_commands', 'run_command']
+           'load_key_numbers', 'answer_key', 'is_instructor_only', 'student_copy', 'add_commands', 'run_command']
 
 # %% ../nbs/98_grading.ipynb #5dda8af2
 SANDBOX_UID = 65534  # the unprivileged user (nobody) a sandbox runs as when the grader is root
@@ -638,15 +638,26 @@ def _replace_link(path: Path) -> None:
     "Remove `path` when it is a symbolic link (the link itself, never its target)."
     if path.is_symlink(): path.unlink()
 
+def load_key_numbers(solutions: str | Path | None = None):
+    "The module `key_numbers.py` beside the worked solutions: its `answer_numbers(key)` computes what exercise `key`'s answer comes to."
+    path = Path(solutions or _solutions_dir()) / "key_numbers.py"
+    if not path.is_file():
+        raise FileNotFoundError(f"no key_numbers.py in {_shown(path.parent)}: the answer key's numbers are computed beside the worked "
+                                "solutions, in the instructors' repository (pass --no-numbers to build the key without them)")
+    spec = importlib.util.spec_from_file_location("ctl_explore_key_numbers", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 def answer_key(out: str | Path, solutions: str | Path | None = None, numbers: bool = True, overwrite: bool = False) -> Path:
     "Write the instructor's answer key to `out/index.html` (MathJax beside it when jupyter-server-mathjax is installed) into a new or empty folder, or one of its own (`check_key_out`: any folder with `overwrite`)."
     import mistune
     import nbformat
-    from ctl_explore.exercises import answer_numbers
     from ctl_explore.html import render
     solutions = Path(solutions) if solutions else _solutions_dir()
     notebooks = sorted(solutions.glob("[0-9][0-9]_*.ipynb"))
-    if not notebooks: raise FileNotFoundError(f"no solutions notebooks in {solutions}: run this from a checkout of the course, or pass --solutions")
+    if not notebooks: raise FileNotFoundError(f"no solutions notebooks in {solutions}: run this from the instructors' checkout of the course, or pass --solutions")
+    answer_numbers = load_key_numbers(solutions).answer_numbers if numbers else None
     out = Path(out)
     check_key_out(out, overwrite)
     _replace_link(out)
@@ -677,16 +688,17 @@ def answer_key(out: str | Path, solutions: str | Path | None = None, numbers: bo
     write_atomic(out / "index.html", lambda f: f.write(page.encode("utf-8")))
     return out / "index.html"
 
-# %% ../nbs/98_grading.ipynb #c75d1300
+# %% ../nbs/98_grading.ipynb #9fb0fe5a
 INSTRUCTOR_ONLY = ("nbs/solutions/", "tests/test_exercises_core.py", "tests/test_exercises_further.py", "tests/test_grader.py",
-                   "tests/test_grade_sandbox.py")  # the worked solutions, and the tests that feed the checks their right answers
+                   "tests/test_grade_sandbox.py", "tests/test_student_copy.py")  # the worked solutions (with the key's numbers), the tests that hold right answers
 _README_INSTRUCTORS = re.compile(r"<!-- instructors-only -->.*?<!-- /instructors-only -->", re.S)
 STUDENT_NOTE = ("* **This is the students' copy of the course.** Your instructor keeps the worked solutions. Each exercise's own check "
                 "tells you whether your answer is right, and its hint where it is not.")
 
 def is_instructor_only(path: str) -> bool:
     "Whether a file of the repository (a path relative to its root, with /) stays out of the students' copy."
-    return any(path == p or (p.endswith("/") and path.startswith(p)) for p in INSTRUCTOR_ONLY)
+    path = path.rstrip("/")
+    return any(path == p.rstrip("/") or (p.endswith("/") and path.startswith(p)) for p in INSTRUCTOR_ONLY)
 
 def _committed_files(root: Path) -> tarfile.TarFile:
     "The files of the checkout's last commit, as `git archive` gives them."

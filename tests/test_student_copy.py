@@ -29,8 +29,9 @@ def copy(tmp_path_factory) -> Path:
 
 
 def _code_lines(nb: Path) -> set[str]:
+    "A notebook's code lines, stripped, each without a comment at its end (a lesson's given code often carries one)."
     cells = json.loads(nb.read_text(encoding="utf-8"))["cells"]
-    return {line.strip() for c in cells if c["cell_type"] == "code" for line in "".join(c["source"]).splitlines()}
+    return {re.sub(r"\s+#[^\"']*$", "", line).strip() for c in cells if c["cell_type"] == "code" for line in "".join(c["source"]).splitlines()}
 
 
 def answer_lines() -> dict[str, str]:
@@ -50,6 +51,7 @@ def test_the_instructors_files_exist_here_and_the_rule_names_them():
     for entry in INSTRUCTOR_ONLY:
         assert _committed(entry.rstrip("/")), f"{entry} is named instructor-only but is not committed here"
     assert is_instructor_only("nbs/solutions/01_gradients.ipynb") and not is_instructor_only("nbs/01_gradients.ipynb")
+    assert is_instructor_only("nbs/solutions") and is_instructor_only("nbs/solutions/key_numbers.py")  # the folder's own entry too
     assert not is_instructor_only("tests/test_grader.py.bak") and not is_instructor_only("nbs/solutions.md")
     assert len(answer_lines()) >= 40  # the search below has lines to look for
 
