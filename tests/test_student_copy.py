@@ -36,12 +36,13 @@ def _code_lines(nb: Path) -> set[str]:
 
 def answer_lines() -> dict[str, str]:
     """Each line of a worked solution's code that could give an answer away: at least 20 characters, not an import, a
-    comment or a call of the check, and not a line the lesson itself prints (the exercise's given code)."""
+    comment, a call of the check or of the experiment the lesson's run cell already shows, and not a line the lesson
+    itself prints (the exercise's given code)."""
     out = {}
     for sol in sorted((ROOT / "nbs" / "solutions").glob("*.ipynb")):
         given = _code_lines(ROOT / "nbs" / sol.name)
         for line in _code_lines(sol) - given:
-            if len(line) >= 20 and not re.match(r"(import|from|#|with quietly\(\)|check_\d|run_\d)", line):
+            if len(line) >= 20 and not re.match(r"(import|from|#|with quietly\(\)|check_\d|run_\d|\w+ = _experiment_\d\d_\d\(\)$)", line):
                 out[line] = sol.name
     return out
 
