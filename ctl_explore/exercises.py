@@ -35,15 +35,15 @@ import ctl_explore
 __all__ = ['RESULTS', 'PREDICTIONS', 'CHECKS', 'LIBRARY_DIR', 'CHILD_TIMEOUT', 'PREDICTION_MIME', 'READINGS_00_4',
            'READINGS_01_5', 'GROWTH_02_4', 'READINGS_02_4', 'READINGS_03_4', 'SHARES_06_4', 'READINGS_06_4',
            'READINGS_07_4', 'READINGS_09_4', 'EXERCISES', 'quietly', 'NotAnswered', 'exercise', 'call_each',
-           'backward_direct', 'dumps', 'isolated', 'own_work', 'AnswerError', 'AnswerHost', 'RemoteFunction',
-           'RemoteAutograd', 'keep_prediction', 'show_outcome', 'check_00_1', 'check_00_2', 'check_00_3', 'run_00_4',
-           'check_00_4', 'check_01_1', 'check_01_2', 'check_01_3', 'check_01_4', 'run_01_5', 'check_01_5', 'check_02_1',
-           'check_02_2', 'check_02_3', 'run_02_4', 'check_02_4', 'by_hand', 'check_03_1', 'check_03_2', 'check_03_3',
-           'short_training', 'run_03_4', 'check_03_4', 'check_06_1', 'check_06_2', 'check_06_3', 'run_06_4',
-           'check_06_4', 'check_07_1', 'check_07_2', 'check_07_3', 'reading_07_4', 'run_07_4', 'check_07_4',
-           'check_08_1', 'run_08_2', 'check_08_2', 'check_09_1', 'check_09_2', 'check_09_3', 'run_09_4', 'check_09_4',
-           'check_11_1', 'check_11_2', 'check_11_3', 'check_12_1', 'check_12_2', 'check_12_3', 'check_15_1',
-           'check_15_2', 'check_15_3', 'Exercise', 'exercises_of', 'grade_answers']
+           'backward_direct', 'dumps', 'start_check_server', 'isolated', 'own_work', 'AnswerError', 'AnswerHost',
+           'RemoteFunction', 'RemoteAutograd', 'keep_prediction', 'show_outcome', 'check_00_1', 'check_00_2',
+           'check_00_3', 'run_00_4', 'check_00_4', 'check_01_1', 'check_01_2', 'check_01_3', 'check_01_4', 'run_01_5',
+           'check_01_5', 'check_02_1', 'check_02_2', 'check_02_3', 'run_02_4', 'check_02_4', 'by_hand', 'check_03_1',
+           'check_03_2', 'check_03_3', 'short_training', 'run_03_4', 'check_03_4', 'check_06_1', 'check_06_2',
+           'check_06_3', 'run_06_4', 'check_06_4', 'check_07_1', 'check_07_2', 'check_07_3', 'reading_07_4', 'run_07_4',
+           'check_07_4', 'check_08_1', 'run_08_2', 'check_08_2', 'check_09_1', 'check_09_2', 'check_09_3', 'run_09_4',
+           'check_09_4', 'check_11_1', 'check_11_2', 'check_11_3', 'check_12_1', 'check_12_2', 'check_12_3',
+           'check_15_1', 'check_15_2', 'check_15_3', 'Exercise', 'exercises_of', 'grade_answers']
 
 # %% ../nbs/94_exercises.ipynb #199309bc
 RESULTS: list[dict] = []          # every verdict of this session, in order: what the grader reads
@@ -319,6 +319,15 @@ def _without_main(get):
     prepared._ctl_without_main = True
     return prepared
 
+def start_check_server() -> None:
+    """Start now the fork server `_in_child` forks checks from (where one is used), with multiprocessing's resource tracker:
+    a grader that collects the processes a submission detached (`grading.adopting`) must know these as its own first."""
+    import multiprocessing as mp
+    if "forkserver" not in mp.get_all_start_methods() or os.environ.get("CTL_CHECK_SUBPROCESS") == "1": return
+    from multiprocessing import forkserver
+    mp.get_context("forkserver").set_forkserver_preload(["ctl_explore.exercises"])
+    forkserver.ensure_running()
+
 def _in_child(module: str, func: str, data: bytes, timeout: float) -> tuple[int, bytes, bytes]:
     """Run `module.func()` in a fresh child process, `data` on its stdin, in an empty working folder: (exit status, stdout,
     stderr); `subprocess.TimeoutExpired` past `timeout` s (the child killed). Where the platform has it, the child is
@@ -414,14 +423,15 @@ class AnswerHost:
     """A student's functions rebuilt from their source by `ctl_explore.answer_host` in a process of their own (the grader starts
     it in a sandbox without the library) and called there: arguments and results cross as plain data, and a call past
     `time_limit` s kills the process (it is started again for the next call)."""
-    def __init__(self, argv: list[str], statements: list[str], names: list[str], time_limit: float):
+    def __init__(self, argv: list[str], statements: list[str], names: list[str], time_limit: float, env: dict | None = None):
         self.argv, self.statements, self.names, self.time_limit = list(argv), list(statements), list(names), time_limit
+        self.env = dict(env or {})  # e.g. the grading's mark, by which every process the answers start is found and killed
         self.proc, self.described = None, None
 
     def _start(self):
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
         self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     start_new_session=True, env=dict(env, HOME="/tmp", PYTHONDONTWRITEBYTECODE="1"))
+                                     start_new_session=True, env=dict(env, HOME="/tmp", PYTHONDONTWRITEBYTECODE="1", **self.env))
         self._buffer = b""
         # torch's import is in it (seconds on a busy machine), and the statements run: the time limit, with a minute at least
         self.described = self._send(dict(statements=self.statements, names=self.names), "rebuilding the answers", max(self.time_limit, 60.0))

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from dataclasses import dataclass
 
-from .exercises import EXERCISES, LIBRARY_DIR, PREDICTION_MIME, _in_child, exercises_of
+from .exercises import EXERCISES, LIBRARY_DIR, PREDICTION_MIME, _in_child, exercises_of, start_check_server
 from .run_folders import RunFolderError, write_atomic, write_json_atomic
 
 # %% auto #0
@@ -394,10 +394,15 @@ def grade_notebook(path: str | Path, student: str | None = None, time_limit: flo
         hosting.mkdir()
         shutil.copyfile(LIBRARY_DIR / "answer_host.py", hosting / "answer_host.py")
         sandbox.prepare(hosting)
-        host = dict(argv=sandbox.command([sys.executable, str(hosting / "answer_host.py")], hosting, False))
-        for lesson in lessons:
-            for r in _grade_in_child(lesson, answers, source, predictions, host, time_limit):
-                rows.append(dict(student=student, lesson=lesson, **{k: r.get(k) for k in ROW_FIELDS[2:]}))
+        host = dict(argv=sandbox.command([sys.executable, str(hosting / "answer_host.py")], hosting, False),
+                    env={GRADE_TOKEN_ENV: Path(tmp).name})  # the answer host carries the mark too, and what the answers start there
+        start_check_server()  # the checks' fork server is the grader's own child, started before the adoption below
+        with adopting() as before:
+            try:
+                for lesson in lessons:
+                    for r in _grade_in_child(lesson, answers, source, predictions, host, time_limit):
+                        rows.append(dict(student=student, lesson=lesson, **{k: r.get(k) for k in ROW_FIELDS[2:]}))
+            finally: kill_marked(Path(tmp).name, before)
     return rows
 
 def _grade_in_child(lesson: str, answers: dict | None, source: dict, predictions: dict, host: dict, time_limit: float) -> list[dict]:
@@ -423,7 +428,8 @@ def _grade_child() -> None:
     sys.stdout = sys.stderr
     names = {n for e in exercises_of(job["lesson"]) for n in e.answers + ((e.prediction,) if e.prediction else ())}
     code = [n for n in sorted(names) if n in job["answers"] and '"t": "code"' in json.dumps(job["answers"][n])]
-    host = AnswerHost(job["host"]["argv"], [s for n in code for s in job["source"].get(n, [])], code, job["time_limit"]) if code else None
+    host = AnswerHost(job["host"]["argv"], [s for n in code for s in job["source"].get(n, [])], code, job["time_limit"],
+                      job["host"].get("env")) if code else None
     answers = {}
     for name in sorted(names & set(job["answers"])):
         try: answers[name] = host.value(name) if name in code else from_plain(job["answers"][name])

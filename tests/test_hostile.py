@@ -4,6 +4,7 @@ absurd option values, and a full disk. Each case is one sentence naming what was
 the folder changes. Every test here failed on the code before these fixes."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import hashlib
@@ -11,6 +12,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -636,3 +638,76 @@ def test_in_the_sandbox_a_detached_process_dies_with_the_grading(tmp_path):
     deadline = time.monotonic() + 10
     while sleeping() and time.monotonic() < deadline: time.sleep(0.2)
     assert not sleeping(), "processes the submission detached outlived its grading"
+
+
+def test_processes_an_answer_starts_in_the_answer_host_die_with_its_grading_outside_a_sandbox_too(tmp_path):
+    """A function answer is called in the answer host, outside the kernel: what it detaches there (setsid) carries the
+    grading's mark and is killed when the lesson's checks are done, as the kernel's own are (with --unsafe, where no
+    process namespace ends them)."""
+    nbformat = pytest.importorskip("nbformat")
+    pytest.importorskip("nbclient")
+    from ctl_explore import grading
+    pids = tmp_path / "pids"
+    answer = ("import torch\nfrom ctl_explore.exercises import check_01_2\n"
+              "def my_relative_penalty(neg, tau):\n"
+              "    import subprocess\n"
+              "    kid = subprocess.Popen(['sleep', '1241'], start_new_session=True)\n"
+              f"    open({str(pids)!r}, 'a').write(f'{{kid.pid}} ')\n"
+              "    return neg  # wrong, and beside the point: the check calls it\n")
+    path = tmp_path / "sub.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(answer)]), path)
+    rows = grading.grade_notebook(path, "mallory", time_limit=60, sandbox=grading.Sandbox("none"))
+    assert [r["status"] for r in rows if r["exercise"] == "01.2"] == ["failed"], rows
+    started = [int(p) for p in pids.read_text().split()]  # the answer ran in the host and started its process
+    assert started
+    def alive(pid):
+        try: return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in "ZX"
+        except OSError: return False
+    deadline = time.monotonic() + 10
+    while [p for p in started if alive(p)] and time.monotonic() < deadline: time.sleep(0.2)
+    assert not [p for p in started if alive(p)], "a process the answer started in the answer host outlived its grading"
+
+
+def _marked_commands(token: str) -> list[str]:
+    "The command lines of the processes a grading marked (its kernel, its answer host and theirs)."
+    from ctl_explore import grading
+    out = []
+    for pid in grading._marked_processes(token):
+        with contextlib.suppress(OSError): out.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+    return out
+
+
+@pytest.mark.parametrize("phase, runs", [("kernel", "ipykernel"), ("checks", "answer_host.py")])
+def test_sigterm_during_grading_exits_143_and_leaves_no_folder_or_process(tmp_path, phase, runs):
+    """`ctl-explore grade` stopped by SIGTERM while a submission's cell runs (in its kernel) or while its answer is checked
+    (in the answer host): exit status 143 with one sentence, the grading's temporary folder removed, every process it
+    marked gone. In the sandbox where one works, as a class would be graded."""
+    nbformat = pytest.importorskip("nbformat")
+    pytest.importorskip("nbclient")
+    from ctl_explore import grading
+    if phase == "kernel": cell = "from ctl_explore.exercises import check_01_2\nimport time\ntime.sleep(300)\n"
+    else: cell = "from ctl_explore.exercises import check_01_2\ndef my_relative_penalty(neg, tau):\n    import time\n    time.sleep(300)\n    return neg\n"
+    sub = tmp_path / "subs" / "sleeper.ipynb"
+    sub.parent.mkdir()
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell)]), sub)
+    argv = [sys.executable, "-c", "import sys; from ctl_explore.cli import main; sys.exit(main())", "grade", str(sub.parent),
+            "--out", str(tmp_path / "grades.csv"), "--time-limit", "600", *([] if _no_sandbox() is None else ["--unsafe"])]
+    grader = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline, folders = time.monotonic() + 180, []
+        while grader.poll() is None and time.monotonic() < deadline:
+            folders = list(Path(tempfile.gettempdir()).glob(f"{grading.GRADE_TMP_PREFIX}{grader.pid}-*"))
+            if folders and any(runs in c for c in _marked_commands(folders[0].name)): break
+            time.sleep(0.3)
+        assert len(folders) == 1 and any(runs in c for c in _marked_commands(folders[0].name)), (
+            f"the grading never reached its {phase}: {grader.poll()}")
+        time.sleep(3)  # into the sleep
+        grader.send_signal(signal.SIGTERM)
+        out, err = grader.communicate(timeout=90)
+    finally:
+        if grader.poll() is None: os.killpg(grader.pid, signal.SIGKILL); grader.wait()
+    assert grader.returncode == 143 and "Traceback" not in err and len(err.strip().splitlines()) <= 2, (grader.returncode, err)
+    assert not folders[0].exists(), "the grading's temporary folder outlived its SIGTERM"
+    deadline = time.monotonic() + 10
+    while _marked_commands(folders[0].name) and time.monotonic() < deadline: time.sleep(0.2)
+    assert not _marked_commands(folders[0].name), "processes of the grading outlived its SIGTERM"
