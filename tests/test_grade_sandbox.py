@@ -259,3 +259,31 @@ def test_the_hosts_tripwires_catch_sparse_softmax_and_work_in_a_thread():
         assert "torch's _sparse_softmax" in host.report()["used"]
         with pytest.raises(_Banned, match="thread"): threaded.call((torch.ones(2, 4), torch.ones(5, 4)), work=True)
     finally: host.close()
+
+
+@pytest.mark.slow
+@needs_bwrap
+def test_an_autograd_function_answer_is_rebuilt_and_checked_in_the_host(tmp_path):
+    """Exercise 01.1's answer is a class whose backward the check calls through autograd and directly: rebuilt from its
+    source in the answer host, the right one passes; one that has autograd differentiate inside its backward is refused."""
+    pytest.importorskip("nbclient")
+    solution = json.loads((ROOT / "nbs" / "solutions" / "01_gradients.ipynb").read_text(encoding="utf-8"))
+    (right,) = ["".join(c["source"]).replace("with quietly(): ", "") for c in solution["cells"] if "class MyEmbeddingLoss" in "".join(c["source"])]
+    head = "import torch\nimport torch.nn.functional as F\nfrom ctl_explore.exercises import check_01_1"
+    autograd_inside = right.replace('''        prob, anchor, positive, bank = ctx.saved_tensors
+        d_neg''', '''        prob, anchor, positive, bank = ctx.saved_tensors
+        with torch.enable_grad():
+            leaves = [t.detach().double().requires_grad_() for t in (anchor, positive, bank)]  # float64: right to the last digit
+            s = torch.cat([(leaves[0] * leaves[1]).sum(1, keepdim=True), leaves[0] @ leaves[2].T], 1) / ctx.tau
+            grads = torch.autograd.grad(-F.log_softmax(s, 1)[:, 0], leaves, grad_out.double())
+            return (*(g.to(anchor.dtype) for g in grads), None)
+        d_neg''')
+    assert autograd_inside != right
+    subs = tmp_path / "class"
+    subs.mkdir()
+    _write(subs / "right.ipynb", head, right)
+    _write(subs / "inside.ipynb", head, autograd_inside)
+    rows = grade([subs], tmp_path / "grades.csv", time_limit=60, echo=lambda line: None)
+    table = {(r["student"], r["exercise"]): r for r in rows}
+    assert table["right", "01.1"]["status"] == "passed", table["right", "01.1"]
+    assert table["inside", "01.1"]["status"] == "failed" and "autograd" in table["inside", "01.1"]["reason"], table["inside", "01.1"]
