@@ -48,7 +48,7 @@ def _bank_softmax(q: Tensor, bank: Tensor, idx: Tensor, tau: float, k: int | Non
         logits, cols = compact_top_k(sims, k, tau, own=idx)
     else:                               # torch.topk among the N - 1 negatives, the logits dense
         sims.scatter_(1, own, float("-inf"))
-        sims.masked_fill_(sims < sims.topk(k, dim=1).values[:, -1:], float("-inf"))
+        sims.masked_fill_(sims < sims.topk(k, dim=1, sorted=False).values.amin(dim=1, keepdim=True), float("-inf"))
         logits = sims.scatter_(1, own, pos).div_(tau)
     top = logits.amax(dim=1, keepdim=True)
     probs = _softmax_(logits)
