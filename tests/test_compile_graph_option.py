@@ -160,3 +160,22 @@ def test_the_stretch_is_bounded_and_off_for_files_and_feature_losses():
     state.config = PretrainConfig(**{**TINY, "negatives": "batch", "loss": "align_swd"})
     assert fast.draw_stretch(state, train, 2) == 0  # its projections are drawn inside the step, between two steps' draws
     with fast.plain_epochs(): assert fast.draw_stretch(_state(), train, 1) == 0
+
+
+class GraphCounter:
+    "A torch.compile backend that counts the graphs TorchDynamo hands it and runs them as captured (no C++ build)."
+    def __init__(self): self.graphs = 0
+    def __call__(self, gm, example_inputs):
+        self.graphs += 1
+        return gm.forward
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:Dynamo detected a call to a `functools.lru_cache`-wrapped function:UserWarning")
+def test_the_compiled_step_given_a_stretchs_rows_of_draws_is_compiled_once(tmp_path, monkeypatch):
+    "Each step's draws are rows of a stretch's tensors (another storage offset at every step): no recompilation, which on CUDA would record a CUDA graph per step."
+    counter, real_compile = GraphCounter(), torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, **options: real_compile(fn, backend=counter))
+    try: pretrain(PretrainConfig(**{**TINY, "epochs": 1, "compile": "step"}), tmp_path / "step", quiet=True)
+    finally: torch._dynamo.reset()
+    assert counter.graphs == 1  # 22 steps, one stretch, one graph
