@@ -53,8 +53,8 @@ from ctl_explore.data import TwoViewAugment
 from ctl_explore.gpu import device_summary
 from ctl_explore.memory_bank import MemoryBank
 from ctl_explore.distributed import _distributed, _init_distributed, distributed_net, cuda_problem, resolve_device, unusable_gpu
-from ctl_explore.train import (PretrainConfig, TrainState, _make_momentum_buffers, _set_lr, build_model, compile_step, negatives_seen,
-                               training_step, view_draws)
+from ctl_explore.train import (PretrainConfig, TrainState, _make_momentum_buffers, _set_lr, build_model, compile_step, mark_static,
+                               negatives_seen, training_step, view_draws)  # mark_static: what pretrain's compile="graph" marks too
 
 RESULTS = Path(__file__).parent / "results"
 COMPILES = ("off", "encoder", "step")  # torch.compile of nothing, of the encoder (compile=True), of the whole step (one graph)
@@ -206,14 +206,6 @@ def time_case(images: torch.Tensor, batch: int, negatives: str, compile: str, st
     return dict(negatives=negatives, batch=batch, compile=shown, gpus=world, loss=loss, images_per_s=median,
                 images_per_s_min=min(rates), images_per_s_max=max(rates), repeats=repeats, ms_per_step=1e3 * batch / median,
                 warmup_s=warm_s, peak_gib=peak, flops_per_step=flops, tflops=flops * median / batch / 1e12, error=None)
-
-
-def mark_static(optimizer: torch.optim.Optimizer, bank: MemoryBank | None) -> None:
-    "Tell torch.compile that the tensors the step updates in place keep their addresses (momentum buffers, learning rates, the bank), so that a CUDA graph reads and writes them where they are instead of copying them in."
-    tensors = [v for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
-    tensors += [g["lr"] for g in optimizer.param_groups if isinstance(g["lr"], torch.Tensor)]
-    tensors += [] if bank is None else list(bank.buffers())  # the tensors themselves (state_dict gives detached copies)
-    for t in tensors: torch._dynamo.mark_static_address(t)
 
 
 def cudagraph_skips() -> int:

@@ -48,8 +48,8 @@ def _value_type(hint):
     return hint
 
 def _compile_mode(text: str) -> str:
-    "A --compile value: encoder or step."
-    if text not in ("encoder", "step"): raise argparse.ArgumentTypeError(f"must be encoder or step, got {text!r}")
+    "A --compile value: encoder, step or graph."
+    if text not in ("encoder", "step", "graph"): raise argparse.ArgumentTypeError(f"must be encoder, step or graph, got {text!r}")
     return text
 
 def _registered(field: str) -> str:
@@ -68,8 +68,8 @@ def _add_config_options(parser: argparse.ArgumentParser, cls, choices: dict | No
         flag, default, among = "--" + f.name.replace("_", "-"), f.default, choices.get(f.name)
         text = helps[f.name] + ("" if "(default" in helps[f.name] else f" (default: {default})") + _registered(f.name)  # argparse lists the choices
         kw = dict(dest=f.name, help=text.replace("%", "%%"), default=default)
-        if f.name == "compile":  # --compile [encoder|step], --no-compile
-            parser.add_argument(flag, nargs="?", const=True, type=_compile_mode, metavar="{encoder,step}", **kw)
+        if f.name == "compile":  # --compile [encoder|step|graph], --no-compile
+            parser.add_argument(flag, nargs="?", const=True, type=_compile_mode, metavar="{encoder,step,graph}", **kw)
             parser.add_argument("--no-compile", dest=f.name, action="store_const", const=False, help="compile nothing")
         elif isinstance(default, bool): parser.add_argument(flag, action=argparse.BooleanOptionalAction, **kw)
         elif isinstance(default, tuple): parser.add_argument(flag, nargs="+", type=_value_type(hints[f.name]), metavar="F", **kw)
@@ -141,6 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
                     ".ctl_explore_study); a folder holding other files is refused, never overwritten (default: study-<preset>)")
     _add_preset_options(st)
     st.add_argument("--device", default=None, help="override the preset's device (auto, cpu, cuda)")
+    st.add_argument("--compile", default=None, type=_compile_mode, metavar="{encoder,step,graph}", help="override the preset's "
+                    "compile, as pretrain's --compile (graph: each run's step replayed as a CUDA graph); like --device, not part of "
+                    "a run's identity, so a study resumes its runs with or without it")
     st.add_argument("--quiet", action="store_true", help="no progress bar")
     st.add_argument("--download", action="store_true", help="download the preset's dataset (both splits, with a progress bar) "
                     "into its data folder before any run, where it is not there yet (cifar10, cifar100, svhn, mnist); on a CUDA "
@@ -149,6 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "one per CPU core, one thread each, for the ConvNet presets; one per GPU listed in CUDA_VISIBLE_DEVICES for the "
                     "CUDA presets; never more than the runs left, the cores or the GPUs). Several "
                     "studies, e.g. a cluster's job array, may share one --out: a run is never trained by two at once")
+    st.add_argument("--run-timeout", type=float, default=None, metavar="S", help="kill a run still going after S seconds in its worker "
+                    "(a hung GPU) and record it failed; the next study command resumes it from its checkpoint. 0 for no limit (default: "
+                    "no limit on the CPU; on CUDA the plan's longest schedule and probe at 500 images/s, at least an hour)")
     cluster = st.add_mutually_exclusive_group()
     cluster.add_argument("--list", action="store_true", help="print the study's runs by index (one line each; with each run's state in --out, "
                          "finished, failed and why, started or not started, when that folder holds the study) and exit")
@@ -264,7 +270,7 @@ def _run(command: str, args: dict) -> int:
                 print(f"{p['index']}\t{p['run']}\t{p['loss']}\t{'' if p['tau'] is None else exact_text(p['tau'])}\t{p['seed']}\t{p['epochs']}"
                       + (f"\t{printable(p['state'])}" if states else ""))
         elif args["run"] is not None:
-            row = run_one(preset, args["run"], out, device=args["device"])
+            row = run_one(preset, args["run"], out, device=args["device"], compile=args["compile"])
             if row is None:
                 print(f"run {args['run']} is being trained by another process right now; nothing to do "
                       f"(run the same command later to resume it if that process dies)")
@@ -280,7 +286,8 @@ def _run(command: str, args: dict) -> int:
                 print(f"ctl-explore: {_failures(rows)}", file=sys.stderr)
                 return 1
         else:
-            rows = run_study(preset, out, quiet=args["quiet"], device=args["device"], workers=args["workers"])
+            rows = run_study(preset, out, quiet=args["quiet"], device=args["device"], compile=args["compile"], workers=args["workers"],
+                             run_timeout_s=args["run_timeout"])
             report = write_report(rows, out, preset)
             print(f"{len(rows)} runs; results in {out / 'results.csv'}; report: {report}")
             try: print("\n[WL21]'s findings at this scale:\n" + verdict_table(findings(rows, plan=planned_cells(preset))))

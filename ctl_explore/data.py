@@ -451,6 +451,7 @@ class ImageFiles:
         self.size, self.device, self.num_workers, self.crop_fraction = size, torch.device(device), num_workers, crop_fraction
         self._pool = self._background = None  # thread pools, made on first use
         self._pending = None                  # (positions, future) of a prefetched batch
+        self._sizes: dict[int, tuple[int, int]] = {}  # position -> (height, width), read from the file's header once
 
     def __len__(self) -> int: return len(self.files)
     @property
@@ -512,6 +513,20 @@ def prefetch(self: ImageFiles, index) -> None:
     positions = _indices(index, len(self))
     self._start_pools()
     self._pending = (positions, self._background.submit(self._decode, positions))
+
+@patch
+def image_sizes(self: ImageFiles, index) -> tuple[Tensor, Tensor]:
+    "Heights and widths int64 [n] of the images `index` (as `self[index]` would decode them), read from the files' headers, nothing decoded, and remembered: under torchrun every process draws the random crops of the whole global batch, but decodes only its own share."
+    from PIL import Image
+    positions = _indices(index, len(self))
+    for i in positions:
+        if i not in self._sizes:
+            try:
+                with Image.open(self.files[i]) as im: width, height = im.size
+            except Exception as e: raise _corrupt(self.files[i], e) from e
+            self._sizes[i] = (height, width)
+    return (torch.tensor([self._sizes[i][0] for i in positions], dtype=torch.int64),
+            torch.tensor([self._sizes[i][1] for i in positions], dtype=torch.int64))
 
 @patch
 def verify(self: ImageFiles, progress: bool = True) -> None:

@@ -20,8 +20,8 @@ from .losses import n_informative, reduce_loss
 from .selection import can_select_fast, compact_top_k
 
 # %% auto #0
-__all__ = ['VIEW_BYTES', 'similarity_dtype', 'fast_bank_contrastive_loss', 'plain_epochs', 'stacked_view_draws',
-           'fast_epoch_applies', 'fast_train_epoch']
+__all__ = ['VIEW_BYTES', 'DRAW_BYTES', 'similarity_dtype', 'fast_bank_contrastive_loss', 'plain_epochs', 'stacked_view_draws',
+           'draw_stretch', 'fast_epoch_applies', 'fast_train_epoch']
 
 # %% ../nbs/14_under_the_hood.ipynb #0b633438
 def _softmax_(x: Tensor) -> Tensor:
@@ -48,7 +48,7 @@ def _bank_softmax(q: Tensor, bank: Tensor, idx: Tensor, tau: float, k: int | Non
         logits, cols = compact_top_k(sims, k, tau, own=idx)
     else:                               # torch.topk among the N - 1 negatives, the logits dense
         sims.scatter_(1, own, float("-inf"))
-        sims.masked_fill_(sims < sims.topk(k, dim=1).values[:, -1:], float("-inf"))
+        sims.masked_fill_(sims < sims.topk(k, dim=1, sorted=False).values.amin(dim=1, keepdim=True), float("-inf"))
         logits = sims.scatter_(1, own, pos).div_(tau)
     top = logits.amax(dim=1, keepdim=True)
     probs = _softmax_(logits)
@@ -138,6 +138,14 @@ def stacked_view_draws(params, steps: int, n: int, views: int, height: int, widt
                                 params.crop_scale, params.crop_ratio)
         out.append(view_draws_from(params, boxes, f[:, b:].reshape(steps * n, 10), params.size or height))
     return out
+
+DRAW_BYTES = 8 * 2**20  # the most memory the random numbers of one stretch of steps may take where only the draws are made at once
+
+def draw_stretch(state, train: ImageData, views: int) -> int:
+    "How many steps' random numbers lesson 07's loop draws at once (`stacked_view_draws`) where `fast_train_epoch` does not apply (on CUDA, under torchrun, with a compiled step); 0: one step's at a time, as `plain_epochs` asks, for image files (each file its own size) and for a loss that draws random numbers inside the step (they would come between two steps' draws). On the CPU these are the numbers drawn step by step; CUDA's generator numbers the draws of one call by their position in it, so there they are other numbers of the same distribution."
+    from ctl_explore.losses import loss_spec
+    if _plain or not isinstance(train.images, Tensor) or loss_spec(state.config.loss).level == "feature": return 0
+    return max(1, DRAW_BYTES // (state.config.batch_size * views * _UNIFORMS * 4))
 
 def fast_epoch_applies(state, train: ImageData, lesson_step=None) -> bool:
     "Whether `fast_train_epoch` gives `state`'s epoch the same numbers: one process on the CPU, images in a tensor, lesson 07's step (`lesson_step`, which lesson 07 passes in), no random numbers drawn inside the step."

@@ -80,7 +80,7 @@ def informative_mask(
     "Boolean [B, K]: which negatives of each anchor lie at or above its upper-`alpha` quantile `s_α`."
     check_tensor("neg", neg, 2, "[B, K]")
     k = n_informative(neg.shape[1], alpha)
-    s_alpha = neg.detach().topk(k, dim=1).values[:, -1:]  # [B, 1]: each anchor's k-th largest negative
+    s_alpha = neg.detach().topk(k, dim=1, sorted=False).values.amin(dim=1, keepdim=True)  # [B, 1]: each anchor's k-th largest negative (the least of the k largest, unsorted)
     return neg.detach() >= s_alpha
 
 # %% ../nbs/00_losses.ipynb #33f1be85

@@ -80,7 +80,7 @@ def bank_contrastive_loss(
     tau = check_temperature(tau, sim)        # a ValueError naming the smallest safe τ where sim/τ would overflow
     if alpha is not None:
         others = sim.detach().scatter(1, idx[:, None], float("-inf"))  # the own row takes no part in the selection
-        s_alpha = others.topk(n_informative(bank.shape[0] - 1, alpha), dim=1).values[:, -1:]
+        s_alpha = others.topk(n_informative(bank.shape[0] - 1, alpha), dim=1, sorted=False).values.amin(dim=1, keepdim=True)  # the k-th largest: the least of the k largest, which need no sort
         sim = sim.masked_fill((others < s_alpha).scatter_(1, idx[:, None], False), float("-inf"))
     return reduce_loss(F.cross_entropy(sim / tau, idx, reduction="none"), reduction)
 

@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 
 from .checks import check_bool, check_choice, check_in_range, check_int, check_nonnegative, check_positive, value_checks
 from .data import (
-    DATASETS, AugmentParams, DatasetNotFoundError, FullImages, ImageData, TwoViewAugment, ViewDraws, augment_view, data_root,
+    DATASETS, AugmentParams, DatasetNotFoundError, FullImages, ImageData, ImageFiles, TwoViewAugment, ViewDraws, augment_view, data_root,
     dataset_spec, load_dataset, sample_view, to_float)
 from .data import _assume_constant_normalisation
 from .distributed import (
@@ -52,7 +52,8 @@ __all__ = ['NEGATIVES', 'PRECISIONS', 'PRECISION_CHOICES', 'MIN_IMAGE_SIZE', 'MA
            'embed', 'evaluates_at', 'monitor_rows', 'evaluate', 'TrainingDivergedError', 'TrainingInterrupted',
            'TrainingTerminated', 'sigterm_stops', 'threads_for', 'build_model', 'download_splits', 'check_splits',
            'TrainState', 'view_draws', 'gradient_step', 'traced_sgd_step', 'training_step', 'step_on_views',
-           'new_state', 'compile_step', 'CheckpointWriter', 'checkpoint_cadence', 'pretrain']
+           'new_state', 'compiled_as', 'mark_static', 'compile_step', 'CheckpointWriter', 'checkpoint_cadence',
+           'pretrain']
 
 # %% ../nbs/29_training_loop.ipynb #6dbc4a4b
 NEGATIVES = ("bank", "batch")
@@ -73,13 +74,13 @@ SEED_BOUND = 2**40                   # the run derives seeds as seed·1,000,003 
 def _is_int(v) -> bool: return isinstance(v, int) and not isinstance(v, bool)  # for the checks whose message says more
 def _is_number(v) -> bool: return isinstance(v, (int, float)) and not isinstance(v, bool)
 
-COMPILE_MODES = (False, True, "step")  # nothing, the encoder ("encoder" is a synonym of True), the whole training step
+COMPILE_MODES = (False, True, "step", "graph")  # nothing, the encoder ("encoder" is a synonym of True), the whole training step, that step as a CUDA graph
 
 def _check_compile(value) -> bool | str:
     "`value` as one of COMPILE_MODES ('encoder' becomes True, so that equal settings compare equal), or a `ValueError`."
-    if isinstance(value, str) and value in ("encoder", "step"): return True if value == "encoder" else value
+    if isinstance(value, str) and value in ("encoder", "step", "graph"): return True if value == "encoder" else value
     try: return check_bool("compile", value)
-    except ValueError: raise ValueError(f"compile must be False, True (or 'encoder'), or 'step', got {value!r}") from None
+    except ValueError: raise ValueError(f"compile must be False, True (or 'encoder'), 'step' or 'graph', got {value!r}") from None
 
 @dataclass
 class PretrainConfig:
@@ -112,7 +113,7 @@ class PretrainConfig:
     seed: int = 0                      # random seed (model, bank, shuffling, augmentation)
     device: str = "auto"               # auto, cpu, cuda, cuda:N; under torchrun, auto and cuda give each process the GPU of its LOCAL_RANK (cuda:N is refused there: it cannot differ per process) (default: auto)
     precision: str = "auto"            # auto (bf16 autocast on CUDA, fp32 on the CPU; recorded in the run's config), fp32, or bf16 (autocast)
-    compile: bool | str = False        # torch.compile: --compile (or --compile encoder) the encoder; --compile step the whole training step (augmentation given its random numbers, forward, loss, backward, update); for CUDA (default: off)
+    compile: bool | str = False        # torch.compile: --compile (or --compile encoder) the encoder; --compile step the whole training step (augmentation given its random numbers, forward, loss, backward, update); --compile graph that step replayed as a CUDA graph (under torchrun: the encoder as CUDA graphs; on the CPU: the eager step, the same numbers as no compile); for CUDA (default: off)
     knn_k: int = 200                   # neighbours of the kNN monitor
     eval_batch_size: int = 512         # batch size when embedding for the epoch's measurements
     eval_every: int = 1                # measure uniformity, tolerance, alignment and kNN accuracy every N epochs, and after the last
@@ -407,6 +408,7 @@ class TrainState:
     augment: TwoViewAugment | None = None    # the views' recipe (the epoch needs it; a single step is given its draws)
     net: torch.nn.Module | None = None       # the encoder as trained, wrapped by DDP and torch.compile where used; default: model
     step: Callable | None = None             # the step function, e.g. torch.compile(training_step); default: training_step
+    compiled: str | None = None              # what `_prepare_step` compiled where the run executes (`compiled_as`); None: nothing
     history: list[dict] = dataclasses.field(default_factory=list)  # the records of the finished epochs
     epoch: int = 0                           # how many epochs are finished
     wall_before: float = 0.0                 # the wall time of the run's earlier sessions
@@ -420,11 +422,22 @@ class TrainState:
         return dict(config=self.config.to_dict(), epoch=self.epoch, model=self.model.state_dict(), optimizer=self.optimizer.state_dict(),
                     bank=self.bank.state_dict(), generator=self.generator.get_state(), history=self.history, wall_time_s=wall_time_s)
 
-def view_draws(augment: TwoViewAugment, images: Tensor | FullImages, generator: torch.Generator, views: int
+class _FilesShard:
+    "A global batch of image files of which this process decodes only its own rows `part` (under torchrun): the heights and widths of the whole batch, read from the files' headers so that every process draws every image's random numbers alike, and `self[part]`, the decoded share."
+    def __init__(self, files: ImageFiles, rows: Tensor, part: slice):
+        self.part, self.size, self.n = part, files.size, len(rows)
+        self.heights, self.widths = files.image_sizes(rows)
+        self.share = files[rows[part]]
+    def __len__(self) -> int: return self.n
+    def __getitem__(self, part: slice) -> FullImages:
+        if part != self.part: raise ValueError(f"this process decoded the rows {self.part} of the batch, not {part}")
+        return self.share
+
+def view_draws(augment: TwoViewAugment, images: Tensor | FullImages | _FilesShard, generator: torch.Generator, views: int
                ) -> tuple[AugmentParams, list[ViewDraws]]:
     "The recipe and the random numbers of `views` augmented views of the whole global batch `images`, drawn in the order `TwoViewAugment` draws them."
     params = augment.params
-    if isinstance(images, FullImages):
+    if isinstance(images, (FullImages, _FilesShard)):
         if not params.size: params = dataclasses.replace(params, size=images.size)
         height, width = images.heights, images.widths
     else: height, width = images.shape[-2:]
@@ -511,7 +524,8 @@ LOG_EVERY = 25  # steps between two updates of the progress bar's running loss, 
 
 def _train_epoch(state: TrainState, train: ImageData, bar: tqdm, log_every: int = LOG_EVERY) -> Tensor:
     "The steps of one epoch; the sum of their losses, on the device. Nothing is read on the host except the bar's loss every `log_every` steps."
-    from ctl_explore.fast import fast_epoch_applies, fast_train_epoch  # appendix 14: the same steps with each stretch of steps' views made at once
+    from ctl_explore.fast import draw_stretch, fast_epoch_applies, fast_train_epoch, stacked_view_draws  # appendix 14
+    # on the CPU, one process, lesson 07's step: the same steps with each stretch of steps' views made at once
     if fast_epoch_applies(state, train, _LESSON_STEP): return fast_train_epoch(state, train, bar, step_on_views, log_every)
     rank, world = _distributed()
     config, step = state.config, state.step or training_step
@@ -522,16 +536,23 @@ def _train_epoch(state: TrainState, train: ImageData, bar: tqdm, log_every: int 
     order = torch.randperm(len(train), generator=state.generator, device=state.generator.device)
     prefetch = getattr(train.images, "prefetch", None)  # image files (ImageNet100's full images): batch k + 1 decodes while k trains
     host_order = order.cpu() if prefetch is not None else None  # once per epoch: the files' positions, read on the host
+    stretch, b = draw_stretch(state, train, views), config.batch_size  # elsewhere the random numbers of a stretch of steps are drawn at once
     total, start = torch.zeros((), device=order.device), time.perf_counter()
     with value_checks(False):
         for k in bar:
             idx = order[k * config.batch_size:(k + 1) * config.batch_size]
             if prefetch is None: images = train.images[idx]
-            else:
-                images = train.images[host_order[k * config.batch_size:(k + 1) * config.batch_size]]
+            else:  # under torchrun each process decodes only its share of the global batch
+                rows = host_order[k * config.batch_size:(k + 1) * config.batch_size]
+                images = train.images[rows] if world == 1 else _FilesShard(train.images, rows, part)
                 following = host_order[(k + 1) * config.batch_size:(k + 2) * config.batch_size]
-                if k + 1 < len(bar) and len(following) == config.batch_size: prefetch(following)
-            params, draws = view_draws(state.augment, images, state.generator, views)  # the whole global batch's numbers, on every process
+                if k + 1 < len(bar) and len(following) == config.batch_size: prefetch(following if world == 1 else following[part])
+            if not stretch: params, draws = view_draws(state.augment, images, state.generator, views)  # the whole global batch's numbers, on every process
+            else:  # a few kernel launches per stretch instead of per step; each step takes its rows
+                if k % stretch == 0:
+                    stacked = stacked_view_draws(state.augment.params, min(stretch, len(bar) - k), b, views, *train.images.shape[-2:], state.generator)
+                j = k % stretch
+                params, draws = state.augment.params, [d[j * b:(j + 1) * b] for d in stacked]
             total += step(state, images, idx, params, draws, part)
             if not bar.disable and (k + 1) % log_every == 0:
                 bar.set_postfix(loss=f"{total.item() / (k + 1):.3f}",
@@ -579,10 +600,10 @@ def _check_world(config: PretrainConfig, world: int) -> None:
     if config.batch_size % world: raise ValueError(f"batch_size {config.batch_size} must be divisible by the {world} processes")
     if world > 1 and config.negatives == "batch":
         raise ValueError("negatives='batch' runs in one process only; use negatives='bank' with several processes")
-    if world > 1 and config.compile:
+    if world > 1 and config.compile not in (False, "graph"):
         raise ValueError(f"compile={config.compile!r} is not supported under torchrun: torch.compile of the DDP-wrapped encoder "
-                         "and of the step with its collectives is untested here; use compile=False (--compile is off by default) "
-                         "with several processes")
+                         "and of the step with its collectives is untested here; use compile='graph' (the encoder as CUDA graphs, "
+                         "DDP's all-reduce between them) or compile=False (--compile is off by default) with several processes")
 
 def new_state(config: PretrainConfig, train: ImageData, device: torch.device) -> TrainState:
     "A run at epoch 0: the encoder (checked on two images), SGD, the memory bank and the generator, all seeded from `config.seed`."
@@ -627,12 +648,35 @@ def _start_files(state: TrainState, out_dir: Path, stop: int) -> None:
     lines = "".join(json.dumps(h) + "\n" for h in state.history)
     write_atomic(out_dir / "metrics.jsonl", lambda f: f.write(lines.encode()))
 
+def compiled_as(compile: bool | str, device: torch.device, world: int = 1) -> str | None:
+    """What a run with `compile` compiles where it executes: None (nothing), 'encoder', 'step' (the whole step, one graph),
+    'graph' (that graph replayed as a CUDA graph), or 'graph-encoder' (compile='graph' under torchrun: the DDP-wrapped
+    encoder compiled with mode='reduce-overhead', its pieces replayed as CUDA graphs and DDP's all-reduce between them).
+    CUDA graphs exist on CUDA only: elsewhere compile='graph' is None, the eager step, the same numbers as compile=False."""
+    if compile is True: return "encoder"
+    if compile == "step": return "step"
+    if compile == "graph" and torch.device(device).type == "cuda": return "graph" if world == 1 else "graph-encoder"
+    return None
+
 def _prepare_step(state: TrainState, device: torch.device) -> None:
     "The network as it trains and the step function: batch norm over the global batch and DDP with several processes (appendix 19), torch.compile if asked."
     state.net = distributed_net(state.model, device)
-    if state.config.compile is True: state.net = torch.compile(state.net)
-    if state.config.compile == "step": _make_momentum_buffers(state.optimizer)
-    state.step = compile_step(training_step) if state.config.compile == "step" else training_step
+    state.compiled = compiled_as(state.config.compile, device, _distributed()[1])
+    if state.compiled in ("encoder", "graph-encoder"):
+        state.net = torch.compile(state.net, **({"mode": "reduce-overhead"} if state.compiled == "graph-encoder" else {}))
+    if state.compiled in ("step", "graph"): _make_momentum_buffers(state.optimizer)
+    if state.compiled == "graph":  # a CUDA graph reads and writes the tensors the step updates in place where they are
+        _set_lr(state.optimizer, float(state.optimizer.param_groups[0]["lr"]), as_tensor=True)  # the tensor the epochs fill in place
+        mark_static(state.optimizer, state.bank)
+    state.step = compile_step(training_step, **({"mode": "reduce-overhead"} if state.compiled == "graph" else {})) \
+        if state.compiled in ("step", "graph") else training_step
+
+def mark_static(optimizer: torch.optim.Optimizer, bank: MemoryBank | None) -> None:
+    "Tell torch.compile that the tensors the step updates in place keep their addresses (momentum buffers, learning rates, the bank's rows), so that a CUDA graph reads and writes them where they are instead of copying them in and out at every replay."
+    tensors = [v for state in optimizer.state.values() for v in state.values() if isinstance(v, Tensor)]
+    tensors += [g["lr"] for g in optimizer.param_groups if isinstance(g["lr"], Tensor)]
+    tensors += [] if bank is None else list(bank.buffers())  # the tensors themselves (state_dict gives detached copies)
+    for t in tensors: torch._dynamo.mark_static_address(t)
 
 def compile_step(step: Callable, **options) -> Callable:
     "`torch.compile(step, **options)` with TorchDynamo tracing the backward pass too (its `trace_autograd_ops`, set while the step runs): `training_step` so compiled is one graph, augmentation, forward, loss, backward and update (`gradient_step` takes `traced_sgd_step` there). `mode='reduce-overhead'` runs that graph as a CUDA graph. It first marks lesson 04's `_normalisation` a constant result, so the augmentation's normalisation constants enter the graph made outside it."
@@ -650,7 +694,7 @@ def _train_one_epoch(state: TrainState, train: ImageData, test: ImageData, steps
     "Train epoch `state.epoch` (0-based), check that it stayed finite, and measure it when due; its record, without the wall time."
     config, epoch, (rank, world) = state.config, state.epoch, _distributed()
     lr = lr_at(config, epoch)
-    _set_lr(state.optimizer, lr, as_tensor=config.compile == "step")
+    _set_lr(state.optimizer, lr, as_tensor=config.compile == "step" or state.compiled == "graph")
     state.model.train()
     bar = tqdm(range(steps), desc=f"epoch {epoch + 1}/{config.epochs}", disable=quiet or rank > 0, leave=False)
     start = time.perf_counter()

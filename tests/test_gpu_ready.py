@@ -243,7 +243,8 @@ def test_the_monitor_subset_is_fixed_and_leaves_training_alone(tmp_path):
 def test_compile_settings_and_old_configurations():
     assert PretrainConfig(compile="encoder").compile is True and PretrainConfig(compile="step").compile == "step"
     assert PretrainConfig(compile="encoder") == PretrainConfig(compile=True)
-    with pytest.raises(ValueError, match="compile must be False, True \\(or 'encoder'\\), or 'step'"): PretrainConfig(compile="graph")
+    assert PretrainConfig(compile="graph").compile == "graph"  # the step as a CUDA graph (tests/test_compile_graph_option.py)
+    with pytest.raises(ValueError, match="compile must be False, True \\(or 'encoder'\\), 'step' or 'graph'"): PretrainConfig(compile="graphs")
     with pytest.raises(ValueError, match="compile must be"): PretrainConfig(compile=1)
     old = PretrainConfig().to_dict()
     del old["monitor_images"]  # a configuration written before the field existed loads with its default

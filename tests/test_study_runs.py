@@ -374,7 +374,7 @@ def test_a_cuda_study_hands_its_workers_the_listed_gpus(tmp_path, monkeypatch):
     seen = []
 
     class FakePool:  # records the devices its workers would be started on
-        def __init__(self, n, target, devices=None):
+        def __init__(self, n, target, devices=None, timeout_s=None):
             seen.extend(devices)
         def run(self, tasks): raise RuntimeError("no real workers in this test")
         def close(self, kill=False, term_s=None): pass

@@ -228,3 +228,65 @@ def test_sigterm_gives_busy_workers_time_to_save(tmp_path):
     start = time.monotonic()
     pool.close(term_s=20)
     assert (tmp_path / "flag1").read_text() == "saved 1" and time.monotonic() - start < 15 and pool.pids() == []
+
+
+# ---------------------------------------------------------------- issue 40 item 7: a per-run timeout for a hung worker
+def test_a_run_past_the_timeout_has_its_worker_killed_and_is_reported_once(tmp_path):
+    "A run that never answers (a hung GPU) is killed after timeout_s, reported as ('timeout', one sentence), not tried again; the other runs finish."
+    pool = WorkerPool(2, "study_fakes:patient", timeout_s=3)
+    start, out = time.monotonic(), {}
+    try:
+        for key, outcome in pool.run({0: (0, str(tmp_path / "flag0"), 0.0), 1: (1, str(tmp_path / "flag1"), 120.0),
+                                      2: (2, str(tmp_path / "flag2"), 0.0)}):
+            assert key not in out
+            out[key] = outcome
+        assert time.monotonic() - start < 30  # long before run 1 would have ended by itself
+    finally: pool.close()
+    assert out[0] == ("done", "ok 0") and out[2] == ("done", "ok 2")
+    kind, sentence = out[1]
+    assert kind == "timeout" and sentence.startswith("it ran longer than the limit of 3 s per run, so its worker was killed")
+    assert sentence.count(". ") == 0 and "\n" not in sentence
+    assert not (tmp_path / "flag1").exists()  # killed outright: a hung process answers no SIGTERM
+
+
+def test_timeout_s_is_checked():
+    for bad in (0, -1, float("inf"), float("nan"), True, "60"):
+        with pytest.raises(ValueError, match=r"timeout_s must be a number of seconds > 0, or None for no limit, got"):
+            WorkerPool(1, FAKE, timeout_s=bad)
+
+
+def test_default_run_timeout_none_on_the_cpu_generous_on_cuda():
+    "No limit on the CPU; on CUDA the plan's longest schedule and its probe at 500 images/s, at least an hour."
+    from ctl_explore.study.plan import get_preset
+    from ctl_explore.study.workers import RUN_FLOOR_IMAGES_PER_S, RUN_TIMEOUT_MIN_S, default_run_timeout
+    assert default_run_timeout(get_preset("digits"), 1437) is None
+    paper = get_preset("cifar10-paper")
+    assert default_run_timeout(paper, 50_000) == (max(paper.base.epochs, paper.max_epochs or 0) + paper.linear_epochs) * 50_000 / RUN_FLOOR_IMAGES_PER_S
+    assert default_run_timeout(paper, 50_000) >= 8 * 3600  # [WL21]'s 200 epochs take minutes on an H100: hours more than a healthy run
+    assert default_run_timeout(paper, 10) == RUN_TIMEOUT_MIN_S
+    assert default_run_timeout(get_preset("smoke").with_base(device="cuda"), 64) == RUN_TIMEOUT_MIN_S
+
+
+def test_run_study_passes_its_timeout_to_the_pool(tmp_path, monkeypatch):
+    "run_study gives the pool the default rule's timeout, the one asked, or none for 0; a bad value is one sentence."
+    import ctl_explore.study.runner as runner
+    seen = []
+    class Pool:
+        def __init__(self, n, target, devices=None, timeout_s=None): seen.append(timeout_s)
+        def run(self, tasks): raise KeyboardInterrupt  # stop at once: only the pool's settings are looked at
+        def close(self, **kw): pass
+    monkeypatch.setattr(runner, "WorkerPool", Pool)
+    monkeypatch.setattr(runner, "default_run_timeout", lambda p, n_train: 1234.0)
+    monkeypatch.setattr(runner, "_capped_workers", lambda p, asked, pending: 2)  # a pool even on a one-core machine
+    for asked, expected in ((None, 1234.0), (60, 60), (0, None)):
+        with pytest.raises(KeyboardInterrupt):
+            runner.run_study("smoke", tmp_path / f"s{asked}", quiet=True, workers=2, run_timeout_s=asked)
+    assert seen == [1234.0, 60, None]
+    with pytest.raises(ValueError, match=r"^run_timeout_s must be a number of seconds >= 0 \(0: no limit\) or None \(the default rule\), got -5$"):
+        runner.run_study("smoke", tmp_path / "bad", run_timeout_s=-5)
+
+
+def test_the_study_command_takes_a_run_timeout():
+    from ctl_explore.cli import build_parser
+    assert build_parser().parse_args(["study", "--preset", "smoke", "--run-timeout", "90"]).run_timeout == 90.0
+    assert build_parser().parse_args(["study", "--preset", "smoke"]).run_timeout is None  # the default rule

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..data import load_dataset, TwoViewAugment
+from ..data import ImageFiles, load_dataset, TwoViewAugment
 from ..distributed import resolve_device
 from ..linear_eval import linear_eval, LinearEvalConfig
 from ..losses import loss_spec
@@ -28,9 +28,9 @@ TRAJECTORY_KEYS = ("epoch", "uniformity", "tolerance", "alignment", "knn_accurac
 
 
 # %% auto #0
-__all__ = ['RESULT_FORMAT', 'TRAJECTORY_KEYS', 'CRITERIA', 'KNN_CRITERIA', 'MIN_WINDOW_POINTS', 'effective_rank',
+__all__ = ['RESULT_FORMAT', 'TRAJECTORY_KEYS', 'CRITERIA', 'KNN_CRITERIA', 'MIN_WINDOW_POINTS', 'VIEW_BATCH', 'effective_rank',
            'collapse_diagnostics', 'Criteria', 'first_drop', 'window_epochs', 'check_run', 'neighbour_purity',
-           'run_embeddings', 'measure_run']
+           'run_embeddings', 'view_embeddings', 'measure_run']
 
 # %% ../../nbs/21_study_measure.ipynb #8a4db458
 def effective_rank(x: torch.Tensor) -> float:
@@ -158,11 +158,26 @@ def run_embeddings(run_dir: str | Path, views: bool = False, seed: int | None = 
                history=state["history"], wall_time_s=state.get("wall_time_s"), n_train=len(state["bank"]["features"]))
     if views:
         g = torch.Generator(device=device).manual_seed(10_000 + config.seed if seed is None else seed)
-        with torch.no_grad():
-            model.eval()
-            v1, v2 = augment(test.images, g)
-            out["z1"], out["z2"] = (torch.cat([model(v[i:i + 512]).float() for i in range(0, len(v), 512)]).cpu() for v in (v1, v2))
+        out["z1"], out["z2"] = view_embeddings(model, test.images, augment, g)
     return out
+
+VIEW_BATCH = 512  # images embedded at once; image files are also decoded and augmented this many at a time
+
+@torch.no_grad()
+def view_embeddings(model: torch.nn.Module, images: torch.Tensor | ImageFiles, augment: TwoViewAugment, generator: torch.Generator,
+                    batch: int = VIEW_BATCH) -> tuple[torch.Tensor, torch.Tensor]:
+    """The embeddings (z1, z2) [N, d], on the CPU, of two augmented views of every image, in evaluation mode. A tensor's
+    views are drawn at once; image files (ImageNet100's full images) are decoded `batch` at a time and each decoded batch
+    is augmented in turn: the augmentation takes decoded images, never a list of files, and a split's views would not fit in memory."""
+    model.eval()
+    if isinstance(images, torch.Tensor):
+        v1, v2 = augment(images, generator)
+        return tuple(torch.cat([model(v[i:i + batch]).float() for i in range(0, len(v), batch)]).cpu() for v in (v1, v2))
+    z1, z2 = [], []
+    for start in range(0, len(images), batch):
+        v1, v2 = augment(images[start:start + batch], generator)  # a FullImages: this slice of the files, decoded
+        z1.append(model(v1).float().cpu()); z2.append(model(v2).float().cpu())
+    return torch.cat(z1), torch.cat(z2)
 
 def measure_run(run_dir: str | Path, linear_epochs: int = 100, criteria: Criteria = CRITERIA, normalize: bool = True,
                 augment: bool = False) -> dict:

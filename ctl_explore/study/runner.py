@@ -14,13 +14,13 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from ..data import load_dataset
+from ..data import dataset_spec, load_dataset
 from ..train import _Terminated, PretrainConfig, run_identity, sigterm_stops, TERMINATED_EXIT, threads_for
 from .plan import check_preset, get_preset, run_name, study_configs, StudyPreset, takes_tau
 from .report import write_report
 from .rows import (_config_diff, _integer, claim_study_folder, failed_row, is_stretch, saved_row,
                                     StudyError, write_results)
-from .workers import _attempt, _capped_workers, _on_cuda, _train_and_measure, printable, worker_devices, WorkerPool
+from .workers import _attempt, _capped_workers, default_run_timeout, _on_cuda, _train_and_measure, printable, worker_devices, WorkerPool
 
 
 # %% auto #0
@@ -33,7 +33,9 @@ def _study_dir(p: StudyPreset, out_dir: str | Path | None) -> Path:
     return out
 
 def _n_train(p: StudyPreset) -> int:
-    return len(load_dataset(p.base.dataset, train=True, progress=False))  # the bank's size sets the Simple losses' λ
+    "How many training images the preset's dataset holds (the bank's size sets the Simple losses' λ), counted without decoding any: a dataset that can be read as image files (ImageNet100's 126,689 JPEGs) is listed, not decoded."
+    files = {"full_images": True} if "full_images" in dataset_spec(p.base.dataset).options else {}
+    return len(load_dataset(p.base.dataset, train=True, root=p.base.data_root, progress=False, **files))
 
 def _probe(p: StudyPreset) -> dict:
     return dict(linear_epochs=p.linear_epochs, normalize=p.probe_normalize, augment=p.probe_augment)
@@ -81,18 +83,25 @@ def run_study(
     out_dir: str | Path | None = None,  # default: study-<preset>; new, empty, or a study's own (see claim_study_folder)
     quiet: bool = False,
     device: str | None = None,          # override the preset's device
+    compile: bool | str | None = None,  # override the preset's compile (e.g. 'graph' on CUDA); like the device, not part of a run's identity
     workers: int | None = None,         # parallel worker processes; None: default_workers(preset); capped by the runs left and the cores/GPUs
     poll_s: float = 2.0,                # how often to look again at runs another process holds
+    run_timeout_s: float | None = None, # seconds a run may take in a worker before it is killed as hung and its row failed; None: `default_run_timeout` (no limit on the CPU), 0: no limit
 ) -> list[dict]:
     "Train and measure every run of `preset` (reusing finished ones, retrying failed ones); write results.csv and results.json; return the rows in the order of `study_configs`, a failed run's as a row with its error under 'failed'."
     p = get_preset(preset)
     if device is not None: p = p.with_base(device=device)
+    if compile is not None: p = p.with_base(compile=compile)
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
     if isinstance(poll_s, bool) or not isinstance(poll_s, (int, float)) or not 0 < poll_s < math.inf:
         raise ValueError(f"poll_s must be a number of seconds > 0, got {poll_s!r}")
+    if run_timeout_s is not None and (isinstance(run_timeout_s, bool) or not isinstance(run_timeout_s, (int, float)) or not 0 <= run_timeout_s < math.inf):
+        raise ValueError(f"run_timeout_s must be a number of seconds >= 0 (0: no limit) or None (the default rule), got {run_timeout_s!r}")
     out_dir = _study_dir(p, out_dir)
-    configs = study_configs(p, _n_train(p))
+    n_train = _n_train(p)
+    configs = study_configs(p, n_train)
+    timeout_s = default_run_timeout(p, n_train) if run_timeout_s is None else run_timeout_s or None
     probe = _probe(p)
     claim_study_folder(out_dir, p)
     (out_dir / "runs").mkdir(exist_ok=True)
@@ -109,7 +118,8 @@ def run_study(
     try:
         with sigterm_stops():  # SIGTERM: the workers are told too, and given a minute to save their last finished epoch
             if n_workers > 1 or _on_cuda(p):  # on CUDA even one worker is a process of its own: a CUDA error cannot poison this one
-                pool = WorkerPool(n_workers, "ctl_explore.study.workers:_work", worker_devices(n_workers) if _on_cuda(p) else None)
+                pool = WorkerPool(n_workers, "ctl_explore.study.workers:_work", worker_devices(n_workers) if _on_cuda(p) else None,
+                                  timeout_s=timeout_s)
             while pending:
                 busy = []
                 for i, (row, refusal) in _attempts(pool, configs, dirs, pending, probe, p.stretch):
@@ -186,10 +196,12 @@ def study_plan(preset: StudyPreset, n_train: int | None = None) -> list[dict]:
     return [dict(index=i, run=run_name(c), loss=c.loss, tau=c.tau if takes_tau(c.loss) else None, seed=c.seed,
                  epochs=c.epochs, config=c) for i, c in enumerate(configs)]
 
-def run_one(preset: StudyPreset, index: int, out_dir: str | Path | None = None, device: str | None = None) -> dict | None:
+def run_one(preset: StudyPreset, index: int, out_dir: str | Path | None = None, device: str | None = None,
+            compile: bool | str | None = None) -> dict | None:
     "Train (resuming) and measure run `index` of the study in `out_dir`: its row (a failed run's with its error under 'failed'), or None when another process holds the run now."
     p = check_preset(preset)
     if device is not None: p = p.with_base(device=device)
+    if compile is not None: p = p.with_base(compile=compile)
     plan = study_plan(p)
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(plan):
         raise ValueError(f"index must be an integer in [0, {len(plan) - 1}] (the study's {len(plan)} runs; see --list), got {index!r}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import multiprocessing as mp
 import os
 import re
@@ -32,8 +33,8 @@ from .rows import (failed_row, file_digest, is_stretch, RESULT_KEYS, row_problem
 
 
 # %% auto #0
-__all__ = ['stretch_run', 'cuda_error', 'printable', 'visible_gpus', 'worker_devices', 'default_workers', 'WorkerInterrupted',
-           'WorkerPool']
+__all__ = ['RUN_FLOOR_IMAGES_PER_S', 'RUN_TIMEOUT_MIN_S', 'stretch_run', 'cuda_error', 'printable', 'visible_gpus',
+           'worker_devices', 'default_workers', 'default_run_timeout', 'WorkerInterrupted', 'WorkerPool']
 
 # %% ../../nbs/27_study_workers.ipynb #ae63c241
 def stretch_run(run_dir: str | Path, epochs: int) -> PretrainConfig:
@@ -223,6 +224,16 @@ def default_workers(preset: StudyPreset) -> int:
     if _on_cuda(p): return max(1, len(visible_gpus()))
     return _cores() if p.base.backbone == "convnet" else 1
 
+RUN_FLOOR_IMAGES_PER_S = 500  # a CUDA run slower than this, training or probing, is taken as hung (an H100 is predicted at ~25,000 for [WL21]'s ResNet18)
+RUN_TIMEOUT_MIN_S = 3600.0     # and a run may always take an hour: start-up, compiling, loading, measuring
+
+def default_run_timeout(preset: StudyPreset, n_train: int) -> float | None:
+    "How long one run of `preset` may take in a worker before the study kills it as hung: no limit on the CPU (nothing there hangs silently the way a GPU can); on CUDA its most epochs (a stretched schedule's cap included) plus the probe's epochs over `n_train` images at `RUN_FLOOR_IMAGES_PER_S`, and at least `RUN_TIMEOUT_MIN_S`."
+    p = check_preset(preset)
+    if not _on_cuda(p): return None
+    epochs = max(p.base.epochs, p.max_epochs or 0) + p.linear_epochs
+    return max(RUN_TIMEOUT_MIN_S, float(math.ceil(epochs * n_train / RUN_FLOOR_IMAGES_PER_S)))
+
 def _capped_workers(p: StudyPreset, asked: int | None, pending: int) -> int:
     "`asked` (or the default) workers, capped by the runs left to train and the GPUs or cores there are; a warning when a request is lowered."
     n = default_workers(p) if asked is None else asked
@@ -253,11 +264,13 @@ class WorkerInterrupted(KeyboardInterrupt):
         self.exit_status = exit_status
 
 class WorkerPool:
-    "`n` spawned worker processes, each on its own entry of `devices` (CUDA_VISIBLE_DEVICES) when given, running `target` ('module:function') one task at a time. A worker that dies, or whose run hit a CUDA error, is replaced and its task tried again, `tries` times in all; the other tasks never notice."
-    def __init__(self, n: int, target: str, devices: list[str] | None = None, tries: int = 2):
+    "`n` spawned worker processes, each on its own entry of `devices` (CUDA_VISIBLE_DEVICES) when given, running `target` ('module:function') one task at a time. A worker that dies, or whose run hit a CUDA error, is replaced and its task tried again, `tries` times in all; the other tasks never notice. A task still running after `timeout_s` seconds has its worker killed and is reported, not tried again (None: no limit)."
+    def __init__(self, n: int, target: str, devices: list[str] | None = None, tries: int = 2, timeout_s: float | None = None):
         if isinstance(n, bool) or not isinstance(n, int) or n < 1: raise ValueError(f"n must be an integer >= 1, got {n!r}")
         if isinstance(tries, bool) or not isinstance(tries, int) or tries < 1: raise ValueError(f"tries must be an integer >= 1, got {tries!r}")
-        self.n, self.target, self.devices, self.tries = n, target, devices, tries
+        if timeout_s is not None and (isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s < math.inf):
+            raise ValueError(f"timeout_s must be a number of seconds > 0, or None for no limit, got {timeout_s!r}")
+        self.n, self.target, self.devices, self.tries, self.timeout_s = n, target, devices, tries, timeout_s
         self._ctx = mp.get_context("spawn")
         self._workers: list = [None] * n  # (process, connection) of each slot
         self.started = 0                  # worker processes started, replacements included
@@ -287,8 +300,8 @@ class WorkerPool:
         return [w[0].pid for w in self._workers if w is not None]
 
     def run(self, tasks: dict):
-        "Run `tasks` ({key: arguments}); yield (key, ('done', value)) as each finishes, ('error', sentence) if it raised, or ('lost', sentence) if its worker died on each of its tries. `WorkerInterrupted` if a worker was stopped by Ctrl-C or SIGTERM."
-        todo, tries, busy = deque(tasks), Counter(), {}  # busy: slot -> key
+        "Run `tasks` ({key: arguments}); yield (key, ('done', value)) as each finishes, ('error', sentence) if it raised, ('lost', sentence) if its worker died on each of its tries, or ('timeout', sentence) if it ran past `timeout_s`. `WorkerInterrupted` if a worker was stopped by Ctrl-C or SIGTERM."
+        todo, tries, busy, since = deque(tasks), Counter(), {}, {}  # busy: slot -> key; since: slot -> when its task was sent
         while todo or busy:
             for slot in range(self.n):
                 if not todo: break
@@ -296,13 +309,14 @@ class WorkerPool:
                 if self._workers[slot] is not None and not self._workers[slot][0].is_alive(): self._end(slot)  # died idle
                 if self._workers[slot] is None: self._start(slot)
                 key = todo.popleft()
-                busy[slot], tries[key] = key, tries[key] + 1
+                busy[slot], tries[key], since[slot] = key, tries[key] + 1, time.monotonic()
                 with contextlib.suppress(OSError): self._workers[slot][1].send(tasks[key])  # a dead worker shows below
             watched = {}
             for slot in busy:
                 proc, conn = self._workers[slot]
                 watched[conn], watched[proc.sentinel] = slot, slot
-            for slot in sorted({watched[r] for r in mp_wait(list(watched))}):
+            wait_s = None if self.timeout_s is None else max(0.0, min(since[s] for s in busy) + self.timeout_s - time.monotonic())
+            for slot in sorted({watched[r] for r in mp_wait(list(watched), wait_s)}):
                 key, (proc, conn) = busy.pop(slot), self._workers[slot]
                 reply = None
                 with contextlib.suppress(EOFError, OSError):
@@ -321,6 +335,16 @@ class WorkerPool:
                     if tries[key] < self.tries: todo.appendleft(key); continue
                     kind = "done"
                 yield key, (kind, value)
+            yield from self._end_overdue(busy, since)
+
+    def _end_overdue(self, busy: dict, since: dict):
+        "Kill the workers whose task has run `timeout_s` or longer (a hung GPU never answers, nor does a SIGTERM reach it); (key, ('timeout', sentence)) of each."
+        if self.timeout_s is None: return
+        for slot in [s for s in busy if time.monotonic() - since[s] >= self.timeout_s]:
+            key = busy.pop(slot)
+            self._end(slot)  # SIGKILL: its run resumes from its last checkpoint when it is tried again
+            yield key, ("timeout", f"it ran longer than the limit of {self.timeout_s:g} s per run, so its worker was killed (a hung GPU "
+                                   "or a stalled read is the usual cause; a longer limit: --run-timeout)")
 
     def close(self, kill: bool = False, term_s: float | None = None) -> None:
         "Stop the workers: at once with `kill` (runs in progress resume from their last checkpoint); with `term_s`, SIGTERM first and up to that many seconds to save their last epoch; else when they are idle."
