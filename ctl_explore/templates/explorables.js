@@ -184,7 +184,7 @@
   }
   // Stacked vertical bars, one per trace: plotly's geometry for each (bar/plot.js) from the bar's base s0 and top s1,
   // with its rounding (values to whole pixels only when the bars have no gap between them).
-  function stackedBars(div, groups, names) {
+  function stackedBars(div, groups) {
     var fl = div._fullLayout, ya = fl.yaxis, xa = fl.xaxis, base = {}, n = div.data.length;
     var nogap = fl.bargap === 0 && fl.bargroupgap === 0;
     for (var i = 0; i < n; i++) {
@@ -200,7 +200,7 @@
       base[key] = s1;
       var x0 = xa.c2p(pt.p0, true), x1 = xa.c2p(pt.p1, true), y0 = ya.c2p(s0, true), y1 = ya.c2p(s1, true);
       if (!(isFinite(x0) && isFinite(x1) && isFinite(y0) && isFinite(y1))) return false;
-      if (!div._context.staticPlot) { x0 = q(x0, x1, false); x1 = q(x1, x0, false); var y0r = q(y0, y1, true); y1 = q(y1, y0, true); y0 = y0r; }
+      if (!div._context.staticPlot) { x0 = q(x0, x1, false); x1 = q(x1, x0, false); y0 = q(y0, y1, true); y1 = q(y1, y0, true); }  // in plotly's order
       path.setAttribute("d", "M" + x0 + "," + y0 + "V" + y1 + "H" + x1 + "V" + y0 + "Z");
     }
     return true;
