@@ -419,7 +419,7 @@ class TemperatureExplorer(widgets.VBox):
         # kernel's copy, and `_confirm` sends the kernel's numbers for the page to check its own against
         super().__init__([controls, self.figures])
         self.add_class("ctl-temperature-explorer")
-        self.tau_slider.add_class("ctl-tau-slider"); self.lam_slider.add_class("ctl-lam-slider")
+        self.tau_slider.add_class("ctl-tau-slider"); self.alpha_slider.add_class("ctl-alpha-slider"); self.lam_slider.add_class("ctl-lam-slider")
         with _one_thread(), batched(): self._load_negatives()
         for widget, update in [(self.tau_slider, self._update_tau), (self.alpha_slider, self._update_alpha),
                                (self.lam_slider, self._update_lam), (self.pos_slider, self._update_pos),

@@ -145,8 +145,101 @@
       else { delete f.layout[k].range; f.layout[k].autorange = true; }
     });
   }
-  // A redraw of some traces only: no transition, no full redraw (Plotly.animate's fast path for scatter and bar traces)
-  var FAST = {transition: {duration: 0}, frame: {duration: 0, redraw: false}, mode: "immediate"};
+  // ---- drawing a change without plotly: the SVG of the traces, shapes and label that τ, α or λ move ------------
+  // A plotly redraw of one figure costs 9-17 ms on a shared 2-core machine, whatever changed; four of them do not fit
+  // in a frame (16 ms). When a change moves only some traces' points (and the s_α band and its label) on axes whose
+  // ranges stay, the pixels plotly would draw follow from the axes' own mapping (c2p, the function plotly draws with),
+  // so those few SVG attributes are written here directly: well under a millisecond for a figure. Plotly's own copy
+  // of the data (for hover) is brought in step by a redraw once the controls rest (TemperatureExplorer.sync).
+  function axisOf(fl, id) { return fl[id.charAt(0) + "axis" + id.slice(1)]; }
+  function traceGroups(div) {  // trace index -> its <g class="trace"> in the plot's SVG
+    var out = {};
+    div.querySelectorAll("g.trace").forEach(function (g) {
+      var cd = g.__data__, t = cd && cd[0] && cd[0].trace;
+      if (t && t.index != null && !out[t.index]) out[t.index] = g;
+    });
+    return out;
+  }
+  // A lines trace: plotly's path with every point (the explorer's traces have line.simplify off, so plotly keeps
+  // every point too), "M" + [x, y] pairs joined with "L".
+  function linePath(g, t, xa, ya) {
+    var path = g.querySelector("path.js-line");
+    if (!path || !t.x || t.x.length !== t.y.length || t.x.length < 2) return false;
+    var pts = new Array(t.x.length);
+    for (var i = 0; i < t.x.length; i++) {
+      var px = xa.c2p(t.x[i]), py = ya.c2p(t.y[i]);
+      if (!isFinite(px) || !isFinite(py)) return false;
+      pts[i] = px + "," + py;
+    }
+    path.setAttribute("d", "M" + pts.join("L"));
+    return true;
+  }
+  function markerPoint(g, t, xa, ya) {  // a one-point markers trace: the marker's translate
+    var pt = g.querySelectorAll("path.point");
+    if (pt.length !== 1 || t.x.length !== 1) return false;
+    var px = xa.c2p(t.x[0]), py = ya.c2p(t.y[0]);
+    if (!isFinite(px) || !isFinite(py)) return false;
+    pt[0].setAttribute("transform", "translate(" + px + "," + py + ")");
+    return true;
+  }
+  // Stacked vertical bars, one per trace: plotly's geometry for each (bar/plot.js) from the bar's base s0 and top s1,
+  // with its rounding (values to whole pixels only when the bars have no gap between them).
+  function stackedBars(div, groups) {
+    var fl = div._fullLayout, ya = fl.yaxis, xa = fl.xaxis, base = {}, n = div.data.length;
+    var nogap = fl.bargap === 0 && fl.bargroupgap === 0;
+    for (var i = 0; i < n; i++) {
+      var t = div.data[i], full = div._fullData[i], g = groups[i], path = g && g.querySelector("g.point path");
+      var pt = path && path.parentNode.__data__;
+      if (!path || !pt || !full || t.y.length !== 1 || !(t.y[0] >= 0)) return false;
+      var lw = (full.marker && full.marker.line && full.marker.line.width) || 0;
+      var round2 = function (v) { return Math.round(v * 100) / 100; }, pe = round2(lw / 2 % 1);
+      var Y = function (v) { return nogap ? round2(Math.round(v) - pe) : v; };
+      var K = function (v, other, along) { return along && v === other ? v : Math.abs(v - other) >= 2 ? Y(v) : v > other ? Math.ceil(v) : Math.floor(v); };
+      var q = lw > 0.01 || (full.opacity != null && full.opacity < 1) || /rgba|hsla|transparent/.test(String(full.marker.color)) ? Y : K;
+      var key = String(t.x[0]), s0 = base[key] || 0, s1 = s0 + t.y[0];
+      base[key] = s1;
+      var x0 = xa.c2p(pt.p0, true), x1 = xa.c2p(pt.p1, true), y0 = ya.c2p(s0, true), y1 = ya.c2p(s1, true);
+      if (!(isFinite(x0) && isFinite(x1) && isFinite(y0) && isFinite(y1))) return false;
+      if (!div._context.staticPlot) { x0 = q(x0, x1, false); x1 = q(x1, x0, false); y0 = q(y0, y1, true); y1 = q(y1, y0, true); }  // in plotly's order
+      path.setAttribute("d", "M" + x0 + "," + y0 + "V" + y1 + "H" + x1 + "V" + y0 + "Z");
+    }
+    return true;
+  }
+  // The s_α band (a rect from x0 to x1, in the SVG's own pixels) and its label, moved to the new s_α: the label by
+  // as many pixels as its anchor moved, as plotly places it (centre, then its box's corner rounded to whole pixels).
+  // Not when the label changes side, carries a shift (see unclip) or would reach past the figure: plotly then.
+  function movedBand(div, shape, ann, oldX) {
+    var fl = div._fullLayout, xa = fl.xaxis, px = function (v) { return xa._offset + xa.r2p(v); };
+    var path = div.querySelector(".shapelayer path[data-index='0']"), g = div.querySelector(".annotation[data-index='0']");
+    var m = path && /^M([^,]+),([^H]+)H([^V]+)V([^H]+)H([^Z]+)Z$/.exec(path.getAttribute("d"));
+    var full = fl.annotations && fl.annotations[0];
+    if (!m || !g || !full || full.xanchor !== ann.xanchor || full.xshift || (ann.xshift || 0) !== 0) return false;
+    var textG = g.querySelector(".annotation-text-g"), box = g.querySelector(".cursor-pointer"), bg = g.querySelector("rect.bg");
+    var rot = textG && /^rotate\(([^,]+),([^,]+),([^)]+)\)$/.exec(textG.getAttribute("transform") || "");
+    var tr = box && /^translate\(([^,]+),([^)]+)\)$/.exec(box.getAttribute("transform") || "");
+    if (!rot || !tr || !bg) return false;
+    var x0 = px(shape.x0), x1 = px(shape.x1), centre = +rot[2] + (px(ann.x) - px(oldX));
+    var width = +bg.getAttribute("width") + 2 * +bg.getAttribute("x"), left = Math.round(centre - width / 2);
+    if (!isFinite(x0) || !isFinite(x1) || !isFinite(centre) || left < 2 || left + width > fl.width - 2) return false;
+    path.setAttribute("d", "M" + x0 + "," + m[2] + "H" + x1 + "V" + m[4] + "H" + x0 + "Z");
+    textG.setAttribute("transform", "rotate(" + rot[1] + "," + centre + "," + rot[3] + ")");
+    box.setAttribute("transform", "translate(" + left + "," + tr[2] + ")");
+    return true;
+  }
+  // An axis range that holds the values [lo, hi]: the current one while they stay in it and fill at least 45 % of it,
+  // else a new one with room to grow (the values fill 77 %), from `floor` (or 5 % below lo). The axes that τ and α
+  // rescale change range only now and then, and a τ step on a range that stays is drawn without plotly.
+  function steady(cur, lo, hi, floor) {
+    if (!(hi >= lo)) return cur;
+    if (cur && lo >= cur[0] && hi <= cur[1] && hi - cur[0] >= 0.45 * (cur[1] - cur[0])) return cur;
+    var bottom = floor != null ? floor : lo - 0.05 * (hi - lo || Math.abs(hi) || 1);
+    return [bottom, bottom + 1.3 * (hi - bottom || 1)];
+  }
+  function extent(values) {
+    var lo = Infinity, hi = -Infinity;
+    for (var i = 0; i < values.length; i++) { var v = values[i]; if (v == null || !isFinite(v)) continue; if (v < lo) lo = v; if (v > hi) hi = v; }
+    return [lo, hi];
+  }
   function fitted(values, log) {  // an axis range that shows every value, padded by 5 % (log: in decades, of the values > 0)
     var lo = Infinity, hi = -Infinity;
     for (var i = 0; i < values.length; i++) {
@@ -335,10 +428,12 @@
     this.figs = {}; this.divs = {};
     ["penalty", "entropy", "loss", "gradient"].forEach(function (name) {
       self.figs[name] = figure(self.spec, name);
+      (DIRECT_LINES[name] || []).forEach(function (i) { self.figs[name].data[i].line.simplify = false; });
       self.divs[name] = el("div", {"class": "ctl-x-plot", "data-ctl-plot": name}, grid);
       plotLabel(self.divs[name], self.figs[name]);
     });
   };
+  var DIRECT_LINES = {penalty: [0, 1, 6], entropy: [1, 5]};  // the lines a direct draw writes: plotly keeps all their points too
   // [WL21] Fig 3 and the settings lesson 02's exercises start from (the settings, not the answers)
   var PRESETS = [
     {label: "[WL21] Fig 3: r_i at τ = 0.07 (K = 256 spread)", state: {source: "spread", k: 256, tau: 0.07, alpha: 0.1, log_r: false}},
@@ -403,23 +498,29 @@
   // A control asks for a redraw; while one is being drawn, later requests are merged into the next, so that a fast
   // drag draws its latest value instead of queueing every step it passed.
   TemperatureExplorer.prototype.request = function (what) {
-    var self = this;
     if (what !== "init" && this.presetSelect) this.presetSelect.value = "";  // a moved control: no preset is shown now
     if (what !== "init" && this.urlNote) { this.urlNote.remove(); this.urlNote = null; }
     this.pending = this.pending || {};
     this.pending[what] = true;
-    if (this.busy) return;
+    if (!this.busy) this.drain();
+  };
+  TemperatureExplorer.prototype.drain = function () {  // draws the pending changes, merged, until none is left
+    var self = this;
     this.busy = true;
     (function next() {
       var kinds = self.pending; self.pending = null;
-      self.update(kinds).then(function () { if (self.pending) requestAnimationFrame(next); else self.busy = false; },
-                              function (e) { self.busy = false; throw e; });
+      self.update(kinds).then(function () {
+        if (self.pending) { requestAnimationFrame(next); return; }
+        self.busy = false;
+        var stale = self.stale || {};
+        if (stale.penalty || stale.entropy || stale.loss || stale.gradient) self.scheduleSync();
+      }, function (e) { self.busy = false; throw e; });
     })();
   };
   TemperatureExplorer.prototype.update = function (what) {  // what: a kind ("tau", "k", ...) or {kind: true, ...}
     if (typeof what === "string") { var one = {}; one[what] = true; what = one; }
     var t0 = performance.now(), s = this.state, spec = this.spec, F = this.figs, taus = spec.tau_grid, self = this;
-    var redoSet = what.init || what.source || what.k;
+    var redoSet = what.init || what.source || what.k, oldSAlpha = this.sAlpha;
     if (redoSet) {
       this.neg = this.negatives();
       var neg = this.neg, counts = M.histc(neg, spec.n_bins, -1, 1), centres = [];
@@ -478,32 +579,85 @@
     var all = what.init || what.source || what.k || what.tau;
     var moved = {penalty: all || what.alpha || what.lam || what.log_r, entropy: all || what.alpha,
                  loss: all || what.pos, gradient: all || what.pos};
-    // the axes that move with τ and λ scale to what they show, as autoscale would, on every redraw
-    var rAxis = [];
+    // Every axis has a range set here (plotly's autorange would move with the markers' size at the ends), so that a
+    // change that keeps the ranges moves points only. The axes that τ and α rescale (r_i's and the bars') keep their
+    // range while the values stay in it (steady); λ and α's lines and the set's histogram stay inside theirs.
+    var A = this.axes = (redoSet || !this.axes) ? {} : this.axes, rAxis = [];
     for (var t = 0; t < 7; t++) rAxis = rAxis.concat(F.penalty.data[t].y);
-    var ranges = {penalty: {yaxis: fitted(rAxis, s.log_r), yaxis2: this.histRange}, loss: {yaxis: this.lossRange},
-                  gradient: {yaxis: [0, 1.05 * Math.max(heights[0], heights.slice(1).reduce(function (a, b) { return a + b; }, 0))]}};
-    // τ and λ move only traces and the two linear axes above: their redraw replaces those traces alone (Plotly.animate
-    // without a full redraw, 2-4× faster than Plotly.react). The other changes move shapes, labels or axis types, and
-    // a log axis is not moved that way: a full redraw.
-    var fast = !(what.init || what.source || what.k || what.alpha || what.pos || what.log_r || s.log_r) && this.drawn;
-    var traces = {penalty: (what.tau ? [0, 1] : []).concat(what.lam ? [6] : []), entropy: [2, 3], loss: [3], gradient: [0, 1, 2, 3, 4, 5, 6]};
+    var rx = extent(rAxis), push = Math.max(heights[0], heights.slice(1).reduce(function (a, b) { return a + b; }, 0));
+    A.penalty = s.log_r ? fitted(rAxis, true) : steady(A.penaltyLinear, rx[0], rx[1]);
+    if (!s.log_r) A.penaltyLinear = A.penalty;
+    A.gradient = steady(A.gradient, 0, push, 0);
+    var logK = Math.log(neg.length), tauAxis = [Math.log10(taus[0]) - 0.06, Math.log10(taus[taus.length - 1]) + 0.06];
+    var ranges = {penalty: {yaxis: A.penalty, yaxis2: this.histRange},
+                  entropy: {xaxis: tauAxis, yaxis: [-0.06 * logK, 1.06 * logK]},
+                  loss: {xaxis: tauAxis, yaxis: this.lossRange}, gradient: {yaxis: A.gradient}};
+    // τ, α and λ move points, lines, bars, the s_α band and its label, on axes that mostly keep their ranges: then each
+    // figure they move is drawn by writing those SVG attributes (direct); a figure whose axis range changed, or whose
+    // change the SVG cannot take (a log axis, the label changing side), and every other change: one plotly redraw.
+    var pointsOnly = this.drawn && !(what.init || what.source || what.k || what.pos || what.log_r);
+    var traces = {penalty: (what.tau ? [0, 1] : []).concat(what.alpha && !what.tau ? [1] : []).concat(what.lam ? [6] : []),
+                  entropy: (what.alpha ? [1, 5] : []).concat(what.tau ? [2, 3] : what.alpha ? [3] : []),
+                  loss: what.tau ? [3] : [], gradient: what.tau ? [0, 1, 2, 3, 4, 5, 6] : []};
     var names = ["penalty", "entropy", "loss", "gradient"].filter(function (name) { return moved[name]; });
-    s.redrawn = names; s.fast = !!fast;
+    var stale = this.stale = this.stale || {}, by = {};
+    var sameRanges = function (name) {
+      var L = self.divs[name]._fullLayout, want = ranges[name];
+      return L && Object.keys(want).every(function (ax) {
+        var r = want[ax], have = L[ax] && L[ax].range;
+        return r && have && L[ax].autorange === false && have[0] === r[0] && have[1] === r[1];
+      });
+    };
+    var direct = function (name) {  // true when every attribute the change moves was written
+      var div = self.divs[name], fig = F[name];
+      if (!pointsOnly || (name === "penalty" && s.log_r) || !div._fullLayout || !sameRanges(name)) return false;
+      var fl = div._fullLayout, groups = traceGroups(div);
+      if (name === "gradient") return stackedBars(div, groups);
+      var ok = traces[name].every(function (i) {
+        var t = fig.data[i], g = groups[i], full = div._fullData && div._fullData[i];
+        if (!g || !full) return false;
+        var xa = axisOf(fl, full.xaxis), ya = axisOf(fl, full.yaxis);
+        return full.mode === "markers" ? markerPoint(g, t, xa, ya) : full.mode === "lines" && full.line.simplify === false && linePath(g, t, xa, ya);
+      });
+      if (ok && name === "penalty" && what.alpha) ok = movedBand(div, fig.layout.shapes[0], fig.layout.annotations[0], oldSAlpha);
+      return ok;
+    };
     var drawn = names.map(function (name) {
       var fig = F[name], div = self.divs[name];
-      if (fast) {  // the new range goes with the traces (fig.layout is the plot's own: plotly compares against it)
-        var layout = name === "penalty" || name === "gradient" ? {yaxis: {range: ranges[name].yaxis, autorange: false}} : {};
-        return Plotly.animate(div, {data: traces[name].map(function (i) { return fig.data[i]; }), traces: traces[name], layout: layout},
-                              FAST);
-      }
+      if (direct(name)) { by[name] = "direct"; stale[name] = true; return null; }
+      by[name] = "plotly"; stale[name] = false;
       fitAxes(fig, ranges[name]);
       fig.layout.datarevision = (fig.layout.datarevision || 0) + 1;
       return Plotly.react(div, fig.data, fig.layout, CONFIG).then(function () { return unclip(div, fig.layout); });
     });
+    s.redrawn = names; s.drawnBy = by; s.fast = names.every(function (name) { return by[name] === "direct"; });
     if (!this.figuresOnly && (!what.init || location.hash.indexOf(HASH) === 0 || this.touched)) this.writeHash();
     if (!what.init) this.touched = true;
     return Promise.all(drawn).then(function () { self.drawn = true; self.timings.push(performance.now() - t0); s.updates = (s.updates || 0) + 1; });
+  };
+  // Plotly's own copy of what a direct draw moved (its data for hover, its calculated points) is brought in step once
+  // the controls rest: one plotly redraw of each figure drawn directly since, each in a task of its own, none while a
+  // change waits or is drawn. It draws what is already there; it only makes hovering read the new values.
+  var SYNC_MS = 300;
+  TemperatureExplorer.prototype.scheduleSync = function () {
+    var self = this;
+    clearTimeout(this.syncTimer);
+    this.syncTimer = setTimeout(function () { self.syncTimer = null; self.sync(); }, SYNC_MS);
+  };
+  TemperatureExplorer.prototype.sync = function () {
+    var self = this, stale = this.stale || {}, name = ["penalty", "entropy", "loss", "gradient"].filter(function (n) { return stale[n]; })[0];
+    if (!name || this.syncTimer) return Promise.resolve(false);
+    if (this.busy || this.pending) { this.scheduleSync(); return Promise.resolve(false); }
+    var fig = this.figs[name], div = this.divs[name];
+    this.busy = true; stale[name] = false;
+    fig.layout.datarevision = (fig.layout.datarevision || 0) + 1;
+    return Plotly.react(div, fig.data, fig.layout, CONFIG).then(function () { return unclip(div, fig.layout); }).then(function () {
+      self.state.synced = (self.state.synced || 0) + 1;
+      self.busy = false;
+      if (self.pending) self.drain();
+      else setTimeout(function () { self.sync(); }, 0);  // the next figure, if any, in a task of its own
+      return true;
+    }, function (e) { self.busy = false; throw e; });
   };
   // The kernel's numbers for the settings it last saw (lesson 02 in JupyterLab): when they are the settings shown, the
   // readout's numbers must agree with them to 1e-9; host.dataset.ctlConfirmed says "yes", or "no" with the note shown.
