@@ -1472,8 +1472,6 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                          'ctl_explore/study/workers.py'),
                                            'ctl_explore.study.workers._attempt': ( 'study_workers.html#_attempt',
                                                                                    'ctl_explore/study/workers.py'),
-                                           'ctl_explore.study.workers._cadence': ( 'study_workers.html#_cadence',
-                                                                                   'ctl_explore/study/workers.py'),
                                            'ctl_explore.study.workers._capped_workers': ( 'study_workers.html#_capped_workers',
                                                                                           'ctl_explore/study/workers.py'),
                                            'ctl_explore.study.workers._cores': ( 'study_workers.html#_cores',

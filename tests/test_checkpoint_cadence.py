@@ -161,13 +161,16 @@ def test_pretrains_default_cadence_is_the_rule_at_most_once_a_minute_on_cuda(tmp
     assert train.checkpoint_cadence(device) == dict(checkpoint_every=every, checkpoint_s=seconds)
 
 
-def test_the_study_and_the_cli_share_the_rule(monkeypatch):
-    from ctl_explore.study.workers import _cadence
-    for available in (False, True):
-        monkeypatch.setattr(torch.cuda, "is_available", lambda: available)
-        for device in ("cpu", "cuda", "cuda:1", "auto"):
-            rule = train.checkpoint_cadence(device)
-            assert _cadence(PretrainConfig(device=device)).get("checkpoint_s", 0.0) == rule["checkpoint_s"], (device, available)
+def test_the_study_and_the_cli_share_the_rule(tmp_path, monkeypatch):
+    "A study's run asks `pretrain` for no cadence of its own, so `pretrain`'s one rule (`checkpoint_cadence`) applies, as for the CLI."
+    from ctl_explore.study import workers
+    calls = []
+    monkeypatch.setattr(workers, "pretrain", lambda config, run_dir, **kw: calls.append(kw) or {})
+    monkeypatch.setattr(workers, "_current", lambda run_dir, config, stretch: config)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # where a study's own rule would have said "once a minute"
+    for device in ("cuda", "auto", "cpu"):
+        workers._train(PretrainConfig(**{**SMALL, "epochs": 3, "device": device}), tmp_path / "run", None, (0, None))
+    assert len(calls) == 3 and not [k for kw in calls for k in kw if k.startswith("checkpoint")], calls
 
 
 def test_the_cli_hands_its_cadence_to_pretrain_and_names_a_bad_one(tmp_path, monkeypatch, capsys):

@@ -68,20 +68,15 @@ def _settled(run_dir: Path, config: PretrainConfig, criteria: Criteria = CRITERI
     health = check_run(state["history"], config, criteria)
     return health["converged"] or health["collapsed"]
 
-def _cadence(config: PretrainConfig) -> dict:
-    "How often a study's run checkpoints: on a GPU at most once a minute (a ResNet's checkpoint is about 100 MB), on the CPU every epoch; always at each lr drop and at the end. Neither changes a number."
-    on_gpu = config.device.startswith("cuda") or (config.device == "auto" and torch.cuda.is_available())
-    return dict(checkpoint_s=60.0) if on_gpu else {}
-
 def _train(config: PretrainConfig, run_dir: Path, threads: int | None, stretch: tuple[int, int | None]) -> None:
     "Train the run to its first lr drop; while its window has not settled and the cap allows, stretch its schedule; then finish it."
     step, most = stretch
     config = _current(run_dir, config, stretch)
     while step and most is not None and config.epochs + step <= most:
-        pretrain(config, run_dir, quiet=True, threads=threads, until_epoch=first_drop(config), **_cadence(config))
+        pretrain(config, run_dir, quiet=True, threads=threads, until_epoch=first_drop(config))
         if _settled(run_dir, config): break
         config = stretch_run(run_dir, config.epochs + step)
-    pretrain(config, run_dir, quiet=True, threads=threads, **_cadence(config))
+    pretrain(config, run_dir, quiet=True, threads=threads)  # checkpoints at pretrain's one cadence rule (`checkpoint_cadence`)
 
 def _measure(run_dir: Path, probe: dict, threads: int | None) -> dict:
     "Measure the finished run in `run_dir`; its row sealed with the checkpoint it measured. ValueError if a value breaks its rule."
