@@ -12,6 +12,7 @@ import contextlib
 import pytest
 import torch
 from tqdm.auto import tqdm
+from test_train_compile import GraphCounter  # the graph-counting backend, one definition
 
 import ctl_explore.data as data
 import ctl_explore.fast as fast
@@ -160,14 +161,6 @@ def test_the_stretch_is_bounded_and_off_for_files_and_feature_losses():
     state.config = PretrainConfig(**{**TINY, "negatives": "batch", "loss": "align_swd"})
     assert fast.draw_stretch(state, train, 2) == 0  # its projections are drawn inside the step, between two steps' draws
     with fast.plain_epochs(): assert fast.draw_stretch(_state(), train, 1) == 0
-
-
-class GraphCounter:
-    "A torch.compile backend that counts the graphs TorchDynamo hands it and runs them as captured (no C++ build)."
-    def __init__(self): self.graphs = 0
-    def __call__(self, gm, example_inputs):
-        self.graphs += 1
-        return gm.forward
 
 
 @pytest.mark.slow
