@@ -10,7 +10,9 @@ tests only assert).
   readout are drawn in the page (20 presses on τ's slider, then 10 on α's: median, 10th and 90th percentiles, range,
   and the 1-minute load average before and after), by running ``tests/test_explorer_browser.py`` with
   ``CTL_BENCH_OUT`` set. Goal (issue 42 item 5, 60 frames a second): median at most 16 ms and 90th percentile at most
-  50 ms on 2 cores.
+  50 ms on 2 cores. The same run times the floor under the explorer, the same presses with the explorer drawing
+  nothing (``floor``: ``slider``, the ipywidgets sliders alone; ``native``, a bare ``<input type=range>`` alone;
+  ``native_drawn``, two bare range inputs in the sliders' place with the explorer drawing each step as it does now).
 
 Usage: ``python benchmarks/bench_explorer_browser.py [--site DIR] [--lab] [--lab-only] [--busy N] [--label KEY]``. Say
 whether the machine was quiet or loaded: the script records the load average before and after. ``--busy N`` runs N

@@ -275,6 +275,47 @@ DIRECT_VS_PLOTLY = """async (explorer) => {
 }"""
 
 
+# The floor under the explorer (benchmark only): the same key presses timed with the explorer drawing nothing. "slider"
+# keeps the ipywidgets sliders and their link (each press still moves the slider, its own readout and the kernel's copy;
+# the explorer's update only counts); "native" is a bare <input type=range> put in the explorer's place with nothing on
+# its input but the count: what one moved control costs in this page before anything is drawn. "native_drawn" puts two
+# such inputs (τ's, one step 0.01 decades, and α's, one step 0.01) in the place of the sliders and lets the explorer
+# draw each step as it does now: what the explorer would reach with controls of its own. Undone by FLOOR_OFF.
+FLOOR_ON = """([explorer, how]) => {
+  const h = explorer.querySelector('.ctl-live-figures'), x = h.ctlExplorable;
+  x.__floor = {update: x.update, confirm: x.confirm, tau: x.state.tau, alpha: x.state.alpha};
+  x.confirm = function () { return null; };
+  if (how === 'native_drawn') {
+    const t0 = x.state.tau, a0 = x.state.alpha;
+    [['tau', (v) => t0 * Math.pow(10, 0.01 * v)], ['alpha', (v) => a0 + 0.01 * v]].forEach(([key, at]) => {
+      const r = document.createElement('input');
+      Object.assign(r, {type: 'range', min: 0, max: 1000, value: 0, className: 'ctl-floor-probe ctl-floor-probe-' + key});
+      r.setAttribute('aria-label', key + ' probe');
+      r.addEventListener('keydown', (e) => e.stopPropagation());
+      r.addEventListener('input', () => { x.state[key] = at(+r.value); x.request(key); });
+      h.prepend(r);
+    });
+    return;
+  }
+  x.update = function () { this.state.updates = (this.state.updates || 0) + 1; return Promise.resolve(); };
+  if (how === 'native') {
+    const r = document.createElement('input');
+    Object.assign(r, {type: 'range', min: 0, max: 1000, value: 0, className: 'ctl-floor-probe'});
+    r.setAttribute('aria-label', 'floor probe');
+    r.addEventListener('keydown', (e) => e.stopPropagation());  // as the widgets' controls do: no notebook shortcut
+    r.addEventListener('input', () => { x.state.updates = (x.state.updates || 0) + 1; x.state.probe = +r.value; });
+    h.prepend(r);
+  }
+}"""
+FLOOR_OFF = """(explorer) => {
+  const h = explorer.querySelector('.ctl-live-figures'), x = h.ctlExplorable;
+  x.update = x.__floor.update; x.confirm = x.__floor.confirm; x.state.tau = x.__floor.tau; x.state.alpha = x.__floor.alpha;
+  delete x.__floor;
+  h.querySelectorAll('.ctl-floor-probe').forEach((e) => e.remove());
+  x.request('tau'); x.request('alpha');  // drawn again at the sliders' values; the kernel then confirms them
+}"""
+
+
 def _wait_for(page, script, arg=None, timeout_s=30.0, what="condition"):
     deadline = time.monotonic() + timeout_s
     while True:
@@ -292,6 +333,33 @@ def _machine() -> dict:
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
     return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__}
+
+
+def _floor(page, explorer) -> dict[str, list[float]]:
+    """The same presses as the benchmark's (τ's slider, then α's), timed the same way with the explorer drawing nothing
+    ("slider"), on a bare range input with nothing on its input ("native"), and on two such inputs that the explorer
+    draws from ("native_drawn"); the explorer drawn again at the sliders' values after."""
+    out = {}
+    for how in ("slider", "native", "native_drawn"):
+        page.evaluate(FLOOR_ON, [explorer.element_handle(), how])
+        ms = []
+        try:
+            for key, presses in LATENCY_PRESSES.items():
+                for _ in range(presses):
+                    page.evaluate(ARM_LATENCY, [explorer.element_handle(), "probe" if how == "native" else key])
+                    target = explorer.locator({"slider": f".ctl-{key}-slider .noUi-handle", "native": ".ctl-floor-probe",
+                                               "native_drawn": f".ctl-floor-probe-{key}"}[how]).first
+                    target.focus()
+                    page.keyboard.press("ArrowRight")
+                    done = page.evaluate("() => Promise.race([window.__ctlLatency, new Promise(r => setTimeout(() => r(null), 10000))])")
+                    assert done is not None and done["value"] != done["before"], f"{how}: a key press moved nothing"
+                    ms.append(round(done["ms"], 2))
+                    page.wait_for_timeout(150)
+        finally:
+            page.evaluate(FLOOR_OFF, explorer.element_handle())
+        out[how] = ms
+    page.wait_for_function(CONFIRMED, arg=explorer.element_handle(), timeout=60_000)  # drawn again, and the kernel agrees
+    return out
 
 
 def test_explorer_in_browser(lab, browser):
@@ -397,6 +465,7 @@ def test_explorer_in_browser(lab, browser):
         page.wait_for_timeout(150)
         now = page.evaluate(DRAWS, explorer.element_handle())
         assert now["updates"] == drawn["updates"] + 1 and now["redrawn"] == ["penalty"], now
+        floor = _floor(page, explorer) if BENCH_OUT else {}
         def summary(ms: list[float]) -> dict:
             return {"presses": len(ms), "median_ms": round(statistics.median(ms), 2), "p10_ms": round(float(np.percentile(ms, 10)), 2),
                     "p90_ms": round(float(np.percentile(ms, 90)), 2), "min_ms": round(min(ms), 2), "max_ms": round(max(ms), 2)}
@@ -407,6 +476,7 @@ def test_explorer_in_browser(lab, browser):
             "goal_ms": GOAL_MS, **both, "goal_met": both["median_ms"] <= GOAL_MS["median"] and both["p90_ms"] <= GOAL_MS["p90"],
             "tau": summary(latencies["tau"]), "alpha": summary(latencies["alpha"]),
             "drawn_without_plotly": f"{sum(how)} of {len(how)} presses", "direct_vs_plotly_px": same["worst"],
+            "floor": {name: summary(ms) for name, ms in floor.items()}, "floor_all_ms": floor,
             "all_ms": {key: [round(t, 2) for t in ms] for key, ms in latencies.items()}, "k": 256, "source": "spread",
             "load_average_1min": load, "chromium": browser.version, "machine": _machine(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         }, indent=2, ensure_ascii=False) + "\n")
