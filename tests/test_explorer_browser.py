@@ -219,6 +219,13 @@ HISTORY = """(playground) => {
 
 # The kernel's numbers for the τ shown have come and agree with the page's readout.
 CONFIRMED = "(e) => { const h = e.querySelector('.ctl-live-figures'); return h.dataset.ctlConfirmed === 'yes' && +h.dataset.ctlConfirmedTau === h.ctlState.tau; }"
+# What the page holds when the kernel's confirmation does not come: said in the failure, so that a rare miss can be told
+# apart (a draw that never ended, numbers for another τ, a kernel still busy).
+CONFIRM_STATE = """(e) => { const h = e.querySelector('.ctl-live-figures'), x = h.ctlExplorable, s = h.ctlState;
+  const k = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
+  return {confirmed: h.dataset.ctlConfirmed || null, confirmed_tau: h.dataset.ctlConfirmedTau || null, tau: s.tau,
+          busy: !!x.busy, pending: x.pending || null, sync_waiting: !!x.syncTimer, updates: s.updates || 0,
+          note: x.checkNote ? x.checkNote.textContent : null, kernel_status: k ? k.status : null}; }"""
 
 # How many redraws the explorer's figures made so far, which figures the last one moved, and how each was drawn: by
 # writing the SVG attributes the change moves ("direct") or by one plotly redraw ("plotly").
@@ -335,6 +342,16 @@ def _machine() -> dict:
     return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__}
 
 
+def _confirmed(page, explorer, what: str) -> None:
+    "Wait (60 s at most) for the kernel's numbers for the τ shown to come and agree with the page's readout."
+    try:
+        page.wait_for_function(CONFIRMED, arg=explorer.element_handle(), timeout=60_000)
+    except Exception as e:
+        if "Timeout" not in type(e).__name__: raise
+        raise AssertionError(f"the kernel's confirmation {what} did not come within 60 s; the page holds "
+                             f"{page.evaluate(CONFIRM_STATE, explorer.element_handle())}") from None
+
+
 def _floor(page, explorer) -> dict[str, list[float]]:
     """The same presses as the benchmark's (τ's slider, then α's), timed the same way with the explorer drawing nothing
     ("slider"), on a bare range input with nothing on its input ("native"), and on two such inputs that the explorer
@@ -358,7 +375,7 @@ def _floor(page, explorer) -> dict[str, list[float]]:
         finally:
             page.evaluate(FLOOR_OFF, explorer.element_handle())
         out[how] = ms
-    page.wait_for_function(CONFIRMED, arg=explorer.element_handle(), timeout=60_000)  # drawn again, and the kernel agrees
+    _confirmed(page, explorer, "after the floor's presses")  # drawn again, and the kernel agrees
     return out
 
 
@@ -416,7 +433,7 @@ def test_explorer_in_browser(lab, browser):
         # the readout is drawn in the page with the figures; the kernel's numbers for the same τ then confirm it
         readout = explorer.locator(".ctl-live-figures .ctl-x-readout").first.inner_text()
         assert f"τ = {after['tau']:.3g}" in readout, readout
-        page.wait_for_function(CONFIRMED, arg=explorer.element_handle(), timeout=60_000)
+        _confirmed(page, explorer, "after the first key press")
         assert explorer.locator(".widget-html-content").count() == 0, "a readout from the kernel is still shown"
 
         # --- latency: key press to the explorer redrawn, over LATENCY_PRESSES presses of τ's and α's sliders; each press
@@ -449,13 +466,13 @@ def test_explorer_in_browser(lab, browser):
         assert final["y"] == pytest.approx(_expected_curve(final["x"], final["tau"]), rel=1e-9, abs=1e-15)
         _check_explorer(explorer.locator(".ctl-live-figures").evaluate(READ_EXPLORER))  # every plotted number, the library's
         assert statistics.median(every) < SANITY_CEILING_MS, f"key press → explorer redrawn: median {statistics.median(every):.0f} ms"
-        page.wait_for_function(CONFIRMED, arg=explorer.element_handle(), timeout=60_000)  # the kernel agrees at the last τ too
+        _confirmed(page, explorer, "after the timed presses")  # the kernel agrees at the last τ too
         # --- what a direct draw writes is what plotly draws, to 0.01 px; after the catch-up, plotly's data (hover) too ---
         same = page.evaluate(DIRECT_VS_PLOTLY, explorer.element_handle())
         assert "error" not in same and same["direct"] >= 8 and same["synced"] >= same["direct"], same
         assert same["worst"] <= 0.01, f"a direct draw differs from plotly's by {same['worst']} px: {same['where']}"
         assert same["model"] == 0, f"plotly's data differs from the explorer's by {same['model']} after the catch-up"
-        page.wait_for_function(CONFIRMED, arg=explorer.element_handle(), timeout=60_000)
+        _confirmed(page, explorer, "after the direct-versus-plotly burst")
         # λ moves r_i's plot alone: one redraw, of that figure
         drawn = page.evaluate(DRAWS, explorer.element_handle())
         explorer.locator(".ctl-lam-slider .noUi-handle").first.focus()
