@@ -290,29 +290,24 @@ DIRECT_VS_PLOTLY = """async (explorer) => {
 # draw each step as it does now: what the explorer would reach with controls of its own. Undone by FLOOR_OFF.
 FLOOR_ON = """([explorer, how]) => {
   const h = explorer.querySelector('.ctl-live-figures'), x = h.ctlExplorable;
+  const probe = (name, onInput) => {  // a bare range input at the explorer's top, no notebook shortcut on its keys
+    const r = document.createElement('input');
+    Object.assign(r, {type: 'range', min: 0, max: 1000, value: 0, className: 'ctl-floor-probe ctl-floor-probe-' + name});
+    r.setAttribute('aria-label', name + ' probe');
+    r.addEventListener('keydown', (e) => e.stopPropagation());  // as the widgets' controls do
+    r.addEventListener('input', () => onInput(+r.value));
+    h.prepend(r);
+  };
   x.__floor = {update: x.update, confirm: x.confirm, tau: x.state.tau, alpha: x.state.alpha};
   x.confirm = function () { return null; };
   if (how === 'native_drawn') {
     const t0 = x.state.tau, a0 = x.state.alpha;
-    [['tau', (v) => t0 * Math.pow(10, 0.01 * v)], ['alpha', (v) => a0 + 0.01 * v]].forEach(([key, at]) => {
-      const r = document.createElement('input');
-      Object.assign(r, {type: 'range', min: 0, max: 1000, value: 0, className: 'ctl-floor-probe ctl-floor-probe-' + key});
-      r.setAttribute('aria-label', key + ' probe');
-      r.addEventListener('keydown', (e) => e.stopPropagation());
-      r.addEventListener('input', () => { x.state[key] = at(+r.value); x.request(key); });
-      h.prepend(r);
-    });
+    probe('tau', (v) => { x.state.tau = t0 * Math.pow(10, 0.01 * v); x.request('tau'); });
+    probe('alpha', (v) => { x.state.alpha = a0 + 0.01 * v; x.request('alpha'); });
     return;
   }
   x.update = function () { this.state.updates = (this.state.updates || 0) + 1; return Promise.resolve(); };
-  if (how === 'native') {
-    const r = document.createElement('input');
-    Object.assign(r, {type: 'range', min: 0, max: 1000, value: 0, className: 'ctl-floor-probe'});
-    r.setAttribute('aria-label', 'floor probe');
-    r.addEventListener('keydown', (e) => e.stopPropagation());  // as the widgets' controls do: no notebook shortcut
-    r.addEventListener('input', () => { x.state.updates = (x.state.updates || 0) + 1; x.state.probe = +r.value; });
-    h.prepend(r);
-  }
+  if (how === 'native') probe('count', (v) => { x.state.updates = (x.state.updates || 0) + 1; x.state.probe = v; });
 }"""
 FLOOR_OFF = """(explorer) => {
   const h = explorer.querySelector('.ctl-live-figures'), x = h.ctlExplorable;
@@ -364,7 +359,7 @@ def _floor(page, explorer) -> dict[str, list[float]]:
             for key, presses in LATENCY_PRESSES.items():
                 for _ in range(presses):
                     page.evaluate(ARM_LATENCY, [explorer.element_handle(), "probe" if how == "native" else key])
-                    target = explorer.locator({"slider": f".ctl-{key}-slider .noUi-handle", "native": ".ctl-floor-probe",
+                    target = explorer.locator({"slider": f".ctl-{key}-slider .noUi-handle", "native": ".ctl-floor-probe-count",
                                                "native_drawn": f".ctl-floor-probe-{key}"}[how]).first
                     target.focus()
                     page.keyboard.press("ArrowRight")
