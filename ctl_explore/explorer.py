@@ -15,6 +15,7 @@ import anywidget
 import ipywidgets as widgets
 import numpy as np
 import plotly.graph_objects as go
+import plotly.io as pio
 import torch
 import torch.nn.functional as F
 import traitlets
@@ -35,9 +36,9 @@ __all__ = ['TAU_RANGE', 'ALPHA_RANGE', 'LAM_RANGE', 'POS_RANGE', 'MAX_K', 'SOURC
            'REFERENCE_TAUS', 'N_BINS', 'N_TOP', 'PLAYGROUND_PARAMS', 'LOSSES', 'max_negatives', 'digit_similarities',
            'similarity_set', 'entropy_curve', 'loss_curves', 'limit_regimes', 'penalty_figure', 'entropy_figure',
            'loss_figure', 'regime_labels', 'gradient_figure', 'update_figure', 'batched', 'negative_draws',
-           'explorer_spec', 'ExplorerFigures', 'TemperatureExplorer', 'temperature_explorer', 'class_clusters',
-           'playground_losses', 'sphere_loss', 'sphere_step', 'simulate', 'HyperspherePlayground',
-           'hypersphere_playground']
+           'explorer_spec', 'Relay', 'PlotlyWidget', 'ExplorerFigures', 'LiveFigure', 'TemperatureExplorer',
+           'temperature_explorer', 'class_clusters', 'playground_losses', 'sphere_loss', 'sphere_step', 'simulate',
+           'HyperspherePlayground', 'hypersphere_playground']
 
 # %% ../nbs/17_explorer_machinery.ipynb #030e6dd2
 TAU_RANGE = (0.01, 10.0)    # temperature τ
@@ -231,7 +232,7 @@ def gradient_figure() -> go.Figure:
 # %% ../nbs/17_explorer_machinery.ipynb #bfc1e323
 _BATCH: dict | None = None  # while a `batched()` block runs: id(fig) → (fig, {trace: {property: value}}, {layout path: value})
 
-def _send(fig: go.FigureWidget, traces: dict[int, dict], layout: dict) -> None:
+def _send(fig: go.Figure, traces: dict[int, dict], layout: dict) -> None:
     indexes = sorted(traces)
     props = sorted({p for edits in traces.values() for p in edits})
     current = lambda i, p: traces[i][p] if p in traces[i] else fig.data[i][p]  # unlisted: what the trace holds now
@@ -239,7 +240,7 @@ def _send(fig: go.FigureWidget, traces: dict[int, dict], layout: dict) -> None:
     fig.plotly_update(restyle, layout, indexes)
 
 def update_figure(
-    fig: go.FigureWidget,         # the figure to update in place
+    fig: go.Figure,               # the figure widget to update in place: a `LiveFigure` or plotly's `FigureWidget`
     traces: dict[int, dict],      # trace index → {property: value}; every trace must list the same properties
     layout: dict | None = None,   # layout edits, e.g. {"shapes[0].x0": 0.5}
 ) -> None:
@@ -349,14 +350,39 @@ def explorer_spec(
                 template=template, figures=dict(zip(("penalty", "entropy", "loss", "gradient"), figures)))
 
 # %% ../nbs/17_explorer_machinery.ipynb #b81e2d02
-@lru_cache(maxsize=2)
-def _widget_esm(*scripts: str) -> str:
-    "A widget's front end: plotly.js (unless the page has it already), then `scripts` from `ctl_explore/templates/`."
+@lru_cache(maxsize=1)
+def _plotly_js() -> str:
+    "plotly.js as plotly's Python package ships it: each browser widget sends it in its `_plotly_js` trait; the page runs it once."
     from plotly.offline import get_plotlyjs
-    from ctl_explore.html import package_text
-    return "if (!globalThis.Plotly) {\n" + get_plotlyjs() + "\n}\n" + "\n".join(package_text(name) for name in scripts)
+    return get_plotlyjs()
 
-class ExplorerFigures(anywidget.AnyWidget):
+@lru_cache(maxsize=4)
+def _widget_esm(*scripts: str) -> str:
+    "A widget's front end, kept small: the plotly loader, then `scripts`, from `ctl_explore/templates/` (plotly.js comes in a trait)."
+    from ctl_explore.html import package_text
+    return "\n".join(package_text(name) for name in ("plotly-loader.js", *scripts))
+
+class Relay(widgets.Widget):
+    "A bare ipywidgets model that carries one value from the kernel to the page for a `PlotlyWidget` (anywidget never holds its messages)."
+    value = traitlets.Any(None, allow_none=True).tag(sync=True)
+
+class PlotlyWidget(anywidget.AnyWidget):
+    "An anywidget that draws with plotly.js: a small front end, plotly.js in `_plotly_js` (run once per page), and the trait named by `relayed` sent through a `Relay`."
+    relayed: str | None = None  # the trait whose every value the page gets through the relay, not in the anywidget's own messages
+    _plotly_js = traitlets.Unicode().tag(sync=True)
+    _relay = traitlets.Instance(Relay).tag(sync=True, **widgets.widget_serialization)
+
+    def __init__(self, **kwargs):
+        super().__init__(_plotly_js=_plotly_js(), _relay=Relay(), **kwargs)
+        if self.relayed:
+            self._relay.value = getattr(self, self.relayed)
+            self.observe(lambda change: setattr(self._relay, "value", change.new), self.relayed)
+
+    def close(self):
+        if getattr(self, "_relay", None) is not None: self._relay.close()
+        super().close()
+
+class ExplorerFigures(PlotlyWidget):
     "The explorer's four figures, computed and drawn in the browser from these traits (the page's sliders set them there)."
     tau = traitlets.Float(0.2).tag(sync=True)
     alpha = traitlets.Float(0.1).tag(sync=True)
@@ -366,7 +392,8 @@ class ExplorerFigures(anywidget.AnyWidget):
     source_index = traitlets.Int(0).tag(sync=True)  # the index in `SOURCES`, as a Dropdown's front end holds it
     log_r = traitlets.Bool(False).tag(sync=True)
     spec = traitlets.Dict().tag(sync=True)          # `explorer_spec`: the negatives' draws, the τ axis, the empty figures
-    kernel = traitlets.Dict().tag(sync=True)        # the kernel's numbers for the settings it last saw: the page checks its readout
+    kernel = traitlets.Dict()                       # the kernel's numbers for the settings it last saw: the page checks its readout
+    relayed = "kernel"                              # ... and gets them through the relay
     _esm = property(lambda self: _widget_esm("explorables.js", "explorer-widget.js"))
     _css = ".ctl-live-figures .ctl-x-figures { display: grid; grid-template-columns: repeat(2, minmax(0, 1fr)); gap: 0.5em; }\n" \
            ".ctl-live-figures .ctl-x-plot { min-width: 0; }\n" \
@@ -377,6 +404,32 @@ class ExplorerFigures(anywidget.AnyWidget):
         spec = explorer_spec(tau, alpha, lam, source, k, pos, seed, log_r)
         super().__init__(tau=tau, alpha=alpha, lam=lam, pos=pos, k=k, source_index=list(SOURCES).index(source), log_r=log_r,
                          spec={**spec, "source_keys": list(SOURCES)})
+
+# %% ../nbs/17_explorer_machinery.ipynb #l17live2
+class LiveFigure(go.Figure, PlotlyWidget):
+    "A plotly figure that is also a widget, updated in place from the kernel like plotly's `FigureWidget`; the page gets the whole figure at each change."
+    figure = traitlets.Unicode(None, allow_none=True)  # the whole figure as plotly's JSON, which the page draws
+    relayed = "figure"
+    _esm = property(lambda self: _widget_esm("live-figure.js"))
+
+    def __init__(self, data=None, layout=None, **kwargs):
+        self._built = False
+        go.Figure.__init__(self, data, layout, **kwargs)
+        self._built = True
+        self._send_figure()
+
+    def _send_figure(self, *args, **kwargs):
+        if getattr(self, "_built", False): self.figure = pio.to_json(self, validate=False)
+
+    # plotly calls these after each change to the figure (a `FigureWidget` sends the edit): the whole figure goes instead
+    _send_addTraces_msg = _send_moveTraces_msg = _send_deleteTraces_msg = _send_figure
+    _send_restyle_msg = _send_relayout_msg = _send_update_msg = _send_animate_msg = _send_figure
+    # shown as the widget, not as a static plotly figure (go.Figure's display comes first in the class order)
+    _repr_mimebundle_ = PlotlyWidget._repr_mimebundle_
+    def _repr_html_(self): return None
+    def _ipython_display_(self):
+        from IPython.display import display
+        display(self._repr_mimebundle_(), raw=True)
 
 # %% ../nbs/17_explorer_machinery.ipynb #94edbd56
 class TemperatureExplorer(widgets.VBox):
@@ -737,7 +790,7 @@ class HyperspherePlayground(widgets.VBox):
         controls = widgets.HBox([widgets.VBox([self.loss_dropdown, self.tau_slider, self.alpha_slider, self.lam_slider]),
                                  widgets.VBox([self.steps_input, widgets.HBox([self.step_button, self.run_button]), self.reset_button])])
         self.reset()  # the starting point, drawn into the figures before they become widgets: the page's first state holds it
-        self.fig_sphere, self.fig_history = go.FigureWidget(self.fig_sphere), go.FigureWidget(self.fig_history)
+        self.fig_sphere, self.fig_history = LiveFigure(self.fig_sphere), LiveFigure(self.fig_history)
         super().__init__([controls, self.readout, widgets.HBox([self.fig_sphere, self.fig_history])])
         self.add_class("ctl-hypersphere-playground")
 

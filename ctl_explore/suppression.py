@@ -29,6 +29,7 @@ from .linear_eval import LinearEvalConfig, linear_probe
 from .losses import contrastive_loss, pair_similarities
 from .checks import check_choice, check_int, check_interval, check_positive, check_probability
 from .models import HEADS, Encoder, build_encoder
+from .explorer import LiveFigure
 from .run_folders import read_json, write_json_atomic
 from .study.stats import direction_verdict
 from .study.findings import Finding
@@ -858,7 +859,7 @@ class SuppressionExplorer(widgets.VBox):
         self.scale_dropdown = widgets.Dropdown(options=[(f"{s:g}×", s) for s in SCALES], value=scale, description="big digit")
         self.run_button = widgets.Button(description="train the missing runs", icon="play")
         self.readout = widgets.HTML()
-        self.fig = go.FigureWidget(_explorer_figure())
+        self.fig = LiveFigure(_explorer_figure())
         super().__init__([widgets.HBox([self.k_dropdown, self.tau_dropdown, self.scale_dropdown, self.run_button]),
                           self.readout, self.fig])
         self.refresh()

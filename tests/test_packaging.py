@@ -17,7 +17,7 @@ PACKAGE = ROOT / "ctl_explore"
 MODULE_EXTRAS = {"site": "site", "selection": "fast", "grading": "site"}  # grading: nbclient and mistune, as the site
 # Distributions a declared one relies on only through another's import name, or pulls in for a reason the import
 # scan cannot see.
-NOT_IMPORTED_BY_NAME = {"anywidget": "plotly imports it for go.FigureWidget", "ipykernel": "the kernel the site's nbclient starts", "jupyter-server-mathjax": "files the site copies",
+NOT_IMPORTED_BY_NAME = {"ipykernel": "the kernel the site's nbclient starts", "jupyter-server-mathjax": "files the site copies",
                         "nbconvert": "imported", "pillow": "imported as PIL"}
 
 
@@ -75,9 +75,11 @@ def test_the_dev_extras_take_the_course_the_site_and_the_fast_path():
 
 
 def test_figure_widgets_work():
-    "plotly's FigureWidget, which lessons 02 and 12 draw with, needs anywidget: declared above, so it must build."
+    "The figure widgets lessons 02 and 12 draw with (LiveFigure, appendix 17), and plotly's FigureWidget that appendix 17 measures, build."
     import plotly.graph_objects as go
+    from ctl_explore.explorer import LiveFigure
     go.FigureWidget([go.Scatter(x=[0, 1], y=[0, 1])])
+    assert list(LiveFigure([go.Scatter(x=[0, 1], y=[0, 1])]).data[0].y) == [0, 1]
 
 
 # Private torch names the library leans on, each because torch has no public equivalent; pyproject pins torch below

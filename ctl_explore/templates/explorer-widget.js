@@ -2,9 +2,11 @@
 // port of the library (explorables.js, loaded before this) from the traits its ipywidgets sliders are linked to
 // (jslink), so a slider's move redraws with no round trip to the kernel: one redraw per change, of the figures it moves,
 // and of the readout above them. The kernel's numbers come after, and only confirm the readout (or say where they differ).
+// plotly.js is loaded once for the page by ctlPlotly (plotly-loader.js, loaded before this) before the first draw.
 const KINDS = {tau: "tau", alpha: "alpha", lam: "lam", pos: "pos", k: "k", log_r: "log_r", source_index: "source"};
 
-function render({ model, el }) {
+async function render({ model, el }) {
+  const [, relay] = await Promise.all([ctlPlotly(model), ctlRelay(model)]);  // the kernel's numbers come by the relay
   const spec = model.get("spec");
   const host = document.createElement("div");
   host.className = "ctl-explorable ctl-live-figures";
@@ -22,11 +24,11 @@ function render({ model, el }) {
     return [trait, on];
   });
   // the kernel confirms: its numbers for the settings it last saw, checked against the page's own (after the redraw)
-  const confirm = () => { const k = model.get("kernel"); if (!x.busy) x.confirm(k); else setTimeout(confirm, 20); };
-  model.on("change:kernel", confirm);
+  const confirm = () => { const k = relay.get("value") || {}; if (!x.busy) x.confirm(k); else setTimeout(confirm, 20); };
+  relay.on("change:value", confirm);
   const update = x.update.bind(x);  // and after each redraw, against the kernel's latest numbers
-  x.update = (what) => update(what).then((done) => { x.confirm(model.get("kernel")); return done; });
-  handlers.push(["kernel", confirm]);
+  x.update = (what) => update(what).then((done) => { x.confirm(relay.get("value") || {}); return done; });
+  const stop = () => relay.off("change:value", confirm);
   // the first draw once the output is on the page (plotly sizes a figure to its div), then a redraw at each new width
   let frame = null, width = 0;
   const start = () => {
@@ -45,6 +47,7 @@ function render({ model, el }) {
     if (frame !== null) cancelAnimationFrame(frame);
     resized.disconnect();
     handlers.forEach(([trait, on]) => model.off("change:" + trait, on));
+    stop();
   };
 }
 
