@@ -426,10 +426,7 @@ class LiveFigure(go.Figure, PlotlyWidget):
     _send_restyle_msg = _send_relayout_msg = _send_update_msg = _send_animate_msg = _send_figure
     # shown as the widget, not as a static plotly figure (go.Figure's display comes first in the class order)
     _repr_mimebundle_ = PlotlyWidget._repr_mimebundle_
-    def _repr_html_(self): return None
-    def _ipython_display_(self):
-        from IPython.display import display
-        display(self._repr_mimebundle_(), raw=True)
+    _ipython_display_ = _repr_html_ = None
 
 # %% ../nbs/17_explorer_machinery.ipynb #94edbd56
 class TemperatureExplorer(widgets.VBox):

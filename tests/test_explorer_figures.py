@@ -148,8 +148,8 @@ def test_every_widget_of_the_lessons_has_a_small_front_end(tmp_path):
 
 def test_a_live_figure_is_shown_as_its_widget():
     "A LiveFigure displayed alone is the widget (the page draws it from the kernel's updates), not a static copy of the figure."
+    from IPython.core.formatters import DisplayFormatter
     lf = explorer.LiveFigure([go.Scatter(x=[0, 1], y=[1, 0])])
-    bundle = lf._repr_mimebundle_()
-    bundle = bundle[0] if isinstance(bundle, tuple) else bundle
-    assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == lf.model_id
-    assert "application/vnd.plotly.v1+json" not in bundle and lf._repr_html_() is None
+    data, _ = DisplayFormatter().format(lf)  # what IPython's display() shows (a go.Figure would show itself, statically)
+    assert data["application/vnd.jupyter.widget-view+json"]["model_id"] == lf.model_id
+    assert "application/vnd.plotly.v1+json" not in data and "text/html" not in data

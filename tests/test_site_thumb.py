@@ -282,7 +282,10 @@ def test_a_bad_address_value_is_said(site, browser):
 
 
 def test_play_keeps_its_designed_pace(site, browser):
-    "▶ play from the first frame to the last takes (frames − 1) × frame_ms, within a third, with the CPU slowed 4×."
+    """▶ play from the first frame to the last takes (frames − 1) × frame_ms, with the CPU slowed 4×: not less, and not
+    more by over two of its slowest frames' drawing plus 0.3 s (the last frame starts by the time the one before it,
+    begun when it was due, ends; then it is drawn). A replay that waited frame_ms after each frame would instead be
+    late by the sum of every frame's drawing: a slow machine must drop frames, not stretch the replay."""
     out, _, _ = site
     context, page = _open(browser, out / "explorables.html", "laptop")
     try:
@@ -299,6 +302,8 @@ def test_play_keeps_its_designed_pace(site, browser):
         cdp.send("Emulation.setCPUThrottlingRate", {"rate": 1})
         state = host.evaluate("h => Object.assign({}, h.ctlState)")
         assert state["frame"] == frames - 1, state
-        assert 0.9 * design <= took <= design * 4 / 3 + 0.3, f"play took {took:.2f} s for a {design:.2f}-s design (CPU 4× slower)"
+        slowest = state["longest_frame_ms"] / 1000  # how long the slowest frame took to draw, on this machine now
+        assert 0.9 * design <= took <= design + 2 * slowest + 0.3, \
+            f"play took {took:.2f} s for a {design:.2f}-s design, its slowest frame {slowest:.2f} s (CPU 4× slower)"
     finally:
         context.close()

@@ -745,13 +745,15 @@
     var self = this, s = this.state, last = this.spec.frame_steps.length - 1, ms = this.spec.frame_ms;
     if (s.frame >= last) s.frame = 0;
     var first = s.frame, t0 = performance.now(), token = {};
-    s.playing = true; this.play.textContent = "❚❚ pause"; this.timer = token; this.playStart = t0;
+    s.playing = true; this.play.textContent = "❚❚ pause"; this.timer = token; this.playStart = t0; s.longest_frame_ms = 0;
     (function tick() {
       if (self.timer !== token) return;
-      var due = Math.min(last, first + Math.floor((performance.now() - t0) / ms));
-      var drawn = due !== s.frame ? (s.frame = due, self.scrub.value = due, self.show()) : null;
-      if (due >= last) { Promise.resolve(drawn).then(function () { if (self.timer === token) self.stop(); }); return; }
-      Promise.resolve(drawn).then(function () {  // the next frame when it is due, not before
+      var now = performance.now(), due = Math.min(last, first + Math.floor((now - t0) / ms));
+      var drawn = Promise.resolve(due !== s.frame ? (s.frame = due, self.scrub.value = due, self.show()) : null).then(function () {
+        s.longest_frame_ms = Math.max(s.longest_frame_ms, performance.now() - now);  // the longest frame drawn, for the tests
+      });
+      if (due >= last) { drawn.then(function () { if (self.timer === token) self.stop(); }); return; }
+      drawn.then(function () {  // the next frame when it is due, not before
         var wait = t0 + (due + 1 - first) * ms - performance.now();
         setTimeout(function () { requestAnimationFrame(tick); }, Math.max(0, wait - 8));
       });
