@@ -786,7 +786,7 @@ class HyperspherePlayground(widgets.VBox):
         self.reset_button.on_click(lambda _: self.reset())
         controls = widgets.HBox([widgets.VBox([self.loss_dropdown, self.tau_slider, self.alpha_slider, self.lam_slider]),
                                  widgets.VBox([self.steps_input, widgets.HBox([self.step_button, self.run_button]), self.reset_button])])
-        self.reset()  # the starting point, drawn into the figures before they become widgets: the page's first state holds it
+        self.reset()  # the starting point, drawn into the figures before they become widgets: the first figure sent holds it
         self.fig_sphere, self.fig_history = LiveFigure(self.fig_sphere), LiveFigure(self.fig_history)
         super().__init__([controls, self.readout, widgets.HBox([self.fig_sphere, self.fig_history])])
         self.add_class("ctl-hypersphere-playground")

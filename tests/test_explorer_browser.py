@@ -158,10 +158,24 @@ RUN_ALL = "() => { window.jupyterapp.commands.execute('notebook:run-all-cells');
 # it; on a busy machine a model misses it now and then (appendix 17). Here every model misses it: the window is made
 # 0 ms, and the page counts the windows it shrank. The lesson's widgets must work all the same, since what the kernel
 # sends them after they open goes through their relays (bare ipywidgets models), never in the anywidgets' messages.
+# The page also lists the scripts it imports from blobs (anywidget's front ends, and plotly.js by the package's loader):
+# their sizes, and how long each took from its blob's making to its release once it ran.
 NO_ANYWIDGET_WINDOW = """() => {
   const timeout = AbortSignal.timeout.bind(AbortSignal);
   window.ctlWindowsShrunk = 0;
   AbortSignal.timeout = (ms) => { if (ms !== 2000) return timeout(ms); window.ctlWindowsShrunk += 1; return timeout(0); };
+  const create = URL.createObjectURL.bind(URL), revoke = URL.revokeObjectURL.bind(URL), made = new Map();
+  window.ctlImports = [];
+  URL.createObjectURL = (blob) => {
+    const url = create(blob);
+    if (blob && blob.type === "text/javascript") made.set(url, [performance.now(), blob.size]);
+    return url;
+  };
+  URL.revokeObjectURL = (url) => {
+    const m = made.get(url);
+    if (m) { window.ctlImports.push({bytes: m[1], ms: Math.round(performance.now() - m[0])}); made.delete(url); }
+    return revoke(url);
+  };
 }"""
 
 # Progress of "run all": how many code cells ran, which outputs are errors, and whether the kernel is idle.
@@ -504,6 +518,7 @@ def test_explorer_in_browser(lab, browser):
             "goal_ms": GOAL_MS, **both, "goal_met": both["median_ms"] <= GOAL_MS["median"] and both["p90_ms"] <= GOAL_MS["p90"],
             "tau": summary(latencies["tau"]), "alpha": summary(latencies["alpha"]),
             "drawn_without_plotly": f"{sum(how)} of {len(how)} presses", "direct_vs_plotly_px": same["worst"],
+            "scripts_imported_from_blobs": page.evaluate("() => window.ctlImports"),  # those run by now
             "floor": {name: summary(ms) for name, ms in floor.items()}, "floor_all_ms": floor,
             "all_ms": {key: [round(t, 2) for t in ms] for key, ms in latencies.items()}, "k": 256, "source": "spread",
             "load_average_1min": load, "chromium": browser.version, "machine": _machine(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -529,6 +544,13 @@ def test_explorer_in_browser(lab, browser):
         page.wait_for_timeout(500)
         if SCREENSHOTS: playground.screenshot(path=str(ARTIFACTS / "playground.png"))
         phase("playground ran 50 steps from its button")
+        # every front end is small, and plotly.js ran once for the page (appendix 17); all were drawn by now
+        imports = page.evaluate("() => window.ctlImports")
+        big = [i for i in imports if i["bytes"] > 200_000]
+        assert len(big) == 1 and big[0]["bytes"] > 1e6 and len(imports) >= 4, f"scripts imported from blobs: {imports}"
+        small = [i for i in imports if i not in big]
+        phase(f"{len(small)} front ends imported (largest {max(i['bytes'] for i in small) / 1e3:.0f} kB, slowest {max(i['ms'] for i in small)} ms), "
+              f"plotly.js ({big[0]['bytes'] / 1e6:.1f} MB) run once, in {big[0]['ms']} ms")
         assert not [e for e in console_errors if "widget" in e.lower() or "plotly" in e.lower()], console_errors
         passed = True
     finally:
