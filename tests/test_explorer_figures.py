@@ -1,6 +1,6 @@
 """The explorer's figures read the loss registry when they are built and label what they shade; the page draws them
 from the sliders it is linked to in the browser, so a change of one control sends it no figure from the kernel; the
-playground shows its starting point in the first state it sends; every widget's front end is small."""
+playground's first figure, sent by its relay, shows its starting point; every widget's front end is small."""
 from __future__ import annotations
 
 import dataclasses

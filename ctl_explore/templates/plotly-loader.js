@@ -10,10 +10,8 @@ function ctlPlotly(model) {
       if (!source) { reject(new Error("ctl_explore: the widget sent no plotly.js (its _plotly_js trait is empty)")); return; }
       const url = URL.createObjectURL(new Blob([source], { type: "text/javascript" }));
       const script = document.createElement("script");
-      const t0 = performance.now();
       script.onload = () => {
         URL.revokeObjectURL(url);
-        globalThis.ctlPlotlyLoadMs = performance.now() - t0;
         if (globalThis.Plotly) resolve(globalThis.Plotly);
         else reject(new Error("ctl_explore: plotly.js ran but defined no global Plotly (is an AMD loader on the page?)"));
       };
